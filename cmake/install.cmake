@@ -1,0 +1,25 @@
+# Install rules: headers, libtrainsnap, the trainsnap CLI (when built), a CMake
+# package (find_package(trainsnap) -> trainsnap::trainsnap) and a pkg-config file.
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/trainsnap
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS trainsnap EXPORT trainsnapTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT trainsnapTargets NAMESPACE trainsnap::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/trainsnapConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/trainsnapConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/trainsnapConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/trainsnapConfig.cmake
+              ${PROJECT_BINARY_DIR}/trainsnapConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/trainsnap.pc.in ${PROJECT_BINARY_DIR}/trainsnap.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/trainsnap.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,95 @@
+// Checkpointer: captures the whole LibTorch training state (trainable
+// parameters, optimizer, scheduler, pending gradients, accumulation window,
+// RNG, user state) into a Store, and restores it atomically and bit-exactly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <torch/torch.h>
+
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap {
+
+// Where a gradient-accumulation window stands. Snapshots taken mid-window
+// restore it together with the pending gradients.
+struct AccumulationWindow {
+  int64_t micro_step = 0;   // micro-steps already accumulated in this window
+  int64_t size = 1;         // micro-steps per optimizer step
+  double weight_sum = 0.0;  // sum of the weights of the accumulated micro-steps
+  double scale = 1.0;       // the loss scale in use
+};
+
+// Any object whose state must survive a restart: a data-loader cursor, a
+// custom scheduler, ... LoadState returns an error rather than throwing.
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  virtual std::string SaveState() const = 0;
+  virtual Status LoadState(std::string_view bytes) = 0;
+};
+
+// Which module tensors a snapshot holds besides optimizer state and gradients.
+enum class ModelState {
+  kTrainable,            // parameters with requires_grad (LoRA: the adapters)
+  kTrainableAndBuffers,  // plus every buffer (batch-norm statistics, ...)
+  kFull,                 // every parameter and buffer, frozen ones included
+};
+
+// Non-owning views of the live training objects. Every pointer may be null.
+// The named maps hold extra models/optimizers (a GAN's G and D, a frozen
+// teacher); their parameter IDs are qualified by the map key.
+struct TrainingState {
+  torch::nn::Module* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  torch::optim::LRScheduler* scheduler = nullptr;
+  AccumulationWindow* accumulation = nullptr;
+  bool rng = true;                          // torch's default generators
+  std::map<std::string, Stateful*> extra;   // data-loader cursor, custom schedulers, ...
+  std::map<std::string, torch::nn::Module*> models;
+  std::map<std::string, torch::optim::Optimizer*> optimizers;
+};
+
+struct CheckpointerOptions {
+  ModelState model_state = ModelState::kTrainable;
+  // Caller's name for the frozen base (e.g. a model hub revision). Checked at
+  // restore when non-empty in the snapshot. Empty = not recorded.
+  std::string base_label;
+  // Also fingerprint the frozen parameters' bytes (computed once, cached).
+  bool hash_base_content = false;
+};
+
+struct RestoreOptions {
+  // Restore pending gradients (mid-window snapshots). When false, gradients
+  // of the target are left as they are.
+  bool restore_gradients = true;
+};
+
+// Thread-compatible: one training thread drives a Checkpointer. The Store
+// must outlive it.
+class Checkpointer {
+ public:
+  explicit Checkpointer(Store& store, CheckpointerOptions options = {});
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Captures `state` as snapshot `step`. On error nothing becomes visible.
+  Status Capture(int64_t step, const TrainingState& state);
+  // Restores snapshot `step` into `target`. On error every live object is
+  // left bitwise unchanged.
+  Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options = {});
+  // Restores the latest snapshot; NotFound when the store has none.
+  Status RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainsnap

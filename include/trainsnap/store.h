@@ -1,0 +1,181 @@
+// Store: one RocksDB database holding every snapshot of a training run as
+// deduplicated, compressed, hash-verified chunks. Works on bytes, dtypes and
+// shapes only; the LibTorch side lives in checkpointer.h.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainsnap/dtype.h"
+#include "trainsnap/status.h"
+
+namespace trainsnap {
+
+struct StoreOptions {
+  // Zstd level for new chunks (1..19). 0 = 3. Not fixed: may change between opens.
+  int zstd_level = 3;
+  // Chunk size in bytes, fixed when the store is created. 0 = use the stored
+  // value (1 MiB for a new store). A non-zero value that differs from the
+  // store's is an InvalidArgument error.
+  size_t chunk_bytes = 0;
+  // fsync the WAL on every snapshot commit. Turn off only for benchmarks/tests.
+  bool sync = true;
+  // Worker threads for encoding and decoding chunks. 0 = hardware threads.
+  int threads = 0;
+  // Upper bound on host staging memory for snapshots in flight, in bytes.
+  // 0 = 1 GiB. Capture waits (back-pressure) rather than exceeding it.
+  size_t max_staging_bytes = 0;
+  // Create the store if `path` does not exist. Open fails with NotFound otherwise.
+  bool create_if_missing = true;
+};
+
+// 128-bit XXH3 hash of a chunk's raw bytes: the chunk's address.
+struct ChunkHash {
+  std::array<uint8_t, 16> bytes{};
+  std::string Hex() const;  // 32 lowercase hex digits
+  bool operator==(const ChunkHash& o) const { return bytes == o.bytes; }
+  bool operator<(const ChunkHash& o) const { return bytes < o.bytes; }
+};
+
+struct ChunkRef {
+  ChunkHash hash;
+  uint64_t raw_bytes = 0;     // length of the chunk's raw (decoded) bytes
+  uint64_t stored_bytes = 0;  // length of the encoded value (header + payload)
+};
+
+// A tensor as stored in one snapshot, identified by (param_id, role).
+struct TensorRecord {
+  uint64_t param_id = 0;
+  std::string role;  // "param", "grad", "exp_avg", "buffer", ...
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;  // logical size = numel * DTypeSize(dtype)
+  std::vector<ChunkRef> chunks;
+};
+
+// The bytes of one tensor to write: a view, not owned; must stay valid and
+// unchanged until AddTensor returns. Must be contiguous, in native byte order.
+struct TensorView {
+  uint64_t param_id = 0;
+  std::string role;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t size_bytes = 0;  // must equal numel(shape) * DTypeSize(dtype)
+};
+
+struct SnapshotInfo {
+  int64_t step = 0;
+  int64_t created_unix_ms = 0;
+  uint64_t tensors = 0;
+  uint64_t logical_bytes = 0;  // sum of tensor sizes
+  uint64_t chunks = 0;         // chunk references (with repeats)
+  uint64_t stored_bytes = 0;   // encoded bytes of all referenced chunks
+  uint64_t new_chunks = 0;     // chunks this snapshot wrote to the store first
+  uint64_t new_bytes = 0;      // encoded bytes of those chunks
+  uint64_t manifest_bytes = 0;
+};
+
+struct GcReport {
+  uint64_t chunks_scanned = 0;
+  uint64_t chunks_deleted = 0;
+  uint64_t bytes_deleted = 0;  // encoded bytes of the deleted chunks
+  uint64_t chunks_live = 0;
+};
+
+struct VerifyProblem {
+  int64_t step = 0;
+  uint64_t param_id = 0;
+  std::string role;         // empty when the manifest itself is bad
+  int64_t chunk_index = -1; // -1 when the problem is not a single chunk
+  ChunkHash hash;
+  Status status;            // Corruption or NotFound, with details
+};
+
+struct VerifyReport {
+  uint64_t snapshots = 0;
+  uint64_t tensors = 0;
+  uint64_t chunks = 0;  // chunk references checked
+  uint64_t bytes = 0;   // raw bytes re-hashed
+  std::vector<VerifyProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+// Called with (done, total) units of work during long operations. May be empty.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+struct SnapshotOptions {
+  // Overwrite an existing snapshot of the same step instead of failing with
+  // AlreadyExists.
+  bool replace_existing = false;
+};
+
+// Builds one snapshot. Obtained from Store::BeginSnapshot. AddTensor is
+// thread-safe (encode tensors in parallel); Commit must be called once, after
+// every AddTensor returned. Destroying an uncommitted writer abandons the
+// snapshot: nothing becomes visible; chunks it wrote are left for GC.
+class SnapshotWriter {
+ public:
+  virtual ~SnapshotWriter() = default;
+  virtual int64_t step() const = 0;
+  // Chunks, hashes, dedups, compresses and writes the tensor's new chunks.
+  // (param_id, role) must be unique within the snapshot.
+  virtual Status AddTensor(const TensorView& tensor) = 0;
+  // Opaque application bytes (the checkpointer's manifest). Defaults to empty.
+  virtual void SetManifest(std::string bytes) = 0;
+  // Commits every tensor record and the manifest in one transaction with a
+  // synced WAL (StoreOptions::sync). On error nothing of the snapshot is visible.
+  virtual Result<SnapshotInfo> Commit() = 0;
+};
+
+// Thread-safe. A writable Store holds RocksDB's lock: one writer process per
+// path. Read-only stores see the snapshots committed when they were opened
+// or last refreshed.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Opens (or creates) a store for writing. Busy if another process holds it.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options = {});
+  // Opens an existing store for reading, also while a writer holds it.
+  static Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& path);
+
+  virtual const std::string& path() const = 0;
+  virtual bool read_only() const = 0;
+  virtual size_t chunk_bytes() const = 0;
+  // Read-only stores: catch up with snapshots the writer committed since.
+  virtual Status Refresh() = 0;
+
+  // --- snapshots ---------------------------------------------------------
+  virtual Result<std::vector<SnapshotInfo>> List() = 0;  // ascending step
+  virtual Result<std::optional<int64_t>> Latest() = 0;
+  virtual Result<SnapshotInfo> Info(int64_t step) = 0;
+  virtual Result<std::string> Manifest(int64_t step) = 0;
+  virtual Result<std::vector<TensorRecord>> Tensors(int64_t step) = 0;  // by (param_id, role)
+  virtual Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) = 0;
+  // Decodes `record` into dst (dst_bytes must equal record.bytes), verifying
+  // every chunk's hash. Corruption names the chunk. dst is unspecified on error.
+  virtual Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) = 0;
+
+  // --- writing -----------------------------------------------------------
+  virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(int64_t step,
+                                                               const SnapshotOptions& options = {}) = 0;
+  virtual Status Delete(int64_t step) = 0;    // NotFound if absent; chunks stay until GC
+  virtual Status Rollback(int64_t step) = 0;  // deletes every snapshot with a later step
+  // Deletes every chunk that no committed snapshot (and no writer in flight)
+  // references. Safe at any crash point.
+  virtual Result<GcReport> CollectGarbage(const ProgressFn& progress = {}) = 0;
+  // Re-reads and re-hashes every chunk of `step` (or of every snapshot).
+  // Problems are reported in the VerifyReport; the Status is for failures to run.
+  virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
+                                      const ProgressFn& progress = {}) = 0;
+};
+
+}  // namespace trainsnap
