@@ -18,6 +18,14 @@
 
 namespace trainsnap {
 
+// Which snapshots to keep. A snapshot is kept if it is among the `keep_last`
+// newest, or its step is a multiple of `keep_every`. keep_last = 0 keeps all.
+struct RetentionPolicy {
+  int64_t keep_last = 0;   // 0 = no retention: keep every snapshot
+  int64_t keep_every = 0;  // 0 = no periodic keep
+};
+
+
 struct StoreOptions {
   // Zstd level for new chunks (1..19). 0 = 3. Not fixed: may change between opens.
   int zstd_level = 3;
@@ -34,6 +42,8 @@ struct StoreOptions {
   size_t max_staging_bytes = 0;
   // Create the store if `path` does not exist. Open fails with NotFound otherwise.
   bool create_if_missing = true;
+  // Applied (Prune) after every successful commit when retention.keep_last > 0.
+  RetentionPolicy retention;
 };
 
 // 128-bit XXH3 hash of a chunk's raw bytes: the chunk's address.
@@ -90,6 +100,11 @@ struct GcReport {
   uint64_t chunks_live = 0;
 };
 
+struct PruneReport {
+  std::vector<int64_t> deleted_steps;  // ascending
+  GcReport gc;                         // the garbage collection that followed
+};
+
 struct VerifyProblem {
   int64_t step = 0;
   uint64_t param_id = 0;
@@ -106,6 +121,21 @@ struct VerifyReport {
   uint64_t bytes = 0;   // raw bytes re-hashed
   std::vector<VerifyProblem> problems;
   bool ok() const { return problems.empty(); }
+};
+
+// Whole-store figures for `trainsnap stats`.
+struct StoreStats {
+  uint64_t snapshots = 0;
+  uint64_t chunks = 0;                // distinct chunks stored
+  uint64_t chunk_stored_bytes = 0;    // their encoded bytes
+  uint64_t chunk_raw_bytes = 0;       // their raw bytes
+  uint64_t logical_bytes = 0;         // sum of every snapshot's logical bytes
+  uint64_t referenced_bytes = 0;      // sum of every snapshot's stored (referenced) bytes
+  uint64_t collectable_chunks = 0;    // chunks no snapshot references (GC would delete)
+  uint64_t collectable_bytes = 0;
+  uint64_t sst_bytes = 0;             // RocksDB table files
+  uint64_t blob_bytes = 0;            // RocksDB blob files
+  uint64_t wal_bytes = 0;             // RocksDB write-ahead log files
 };
 
 // Called with (done, total) units of work during long operations. May be empty.
@@ -176,6 +206,9 @@ class Store {
   // Problems are reported in the VerifyReport; the Status is for failures to run.
   virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
                                       const ProgressFn& progress = {}) = 0;
+  // Deletes the snapshots `policy` does not keep, then collects garbage.
+  virtual Result<PruneReport> Prune(const RetentionPolicy& policy) = 0;
+  virtual Result<StoreStats> Stats(const ProgressFn& progress = {}) = 0;
 };
 
 }  // namespace trainsnap
