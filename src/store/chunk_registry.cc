@@ -1,0 +1,45 @@
+#include "store/chunk_registry.h"
+
+#include <algorithm>
+
+namespace trainsnap::internal {
+
+std::optional<uint64_t> ChunkRegistry::PinAndLookup(const ChunkHash& hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pins_[hash];
+  auto it = known_sizes_.find(hash);
+  if (it == known_sizes_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ChunkRegistry::Unpin(const std::vector<ChunkHash>& hashes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ChunkHash& h : hashes) {
+    auto it = pins_.find(h);
+    if (it != pins_.end() && --it->second == 0) pins_.erase(it);
+  }
+}
+
+void ChunkRegistry::NoteStored(const ChunkHash& hash, uint64_t stored_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  known_sizes_[hash] = stored_bytes;
+}
+
+Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
+                                    const std::function<Status(const std::vector<ChunkHash>&)>& erase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  candidates->erase(std::remove_if(candidates->begin(), candidates->end(),
+                                   [&](const ChunkHash& h) { return pins_.count(h) != 0; }),
+                    candidates->end());
+  if (candidates->empty()) return Status::OK();
+  TRAINSNAP_RETURN_IF_ERROR(erase(*candidates));
+  for (const ChunkHash& h : *candidates) known_sizes_.erase(h);
+  return Status::OK();
+}
+
+size_t ChunkRegistry::pinned() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pins_.size();
+}
+
+}  // namespace trainsnap::internal

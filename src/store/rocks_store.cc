@@ -1,0 +1,770 @@
+#include "store/rocks_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <rocksdb/options.h>
+#include <rocksdb/utilities/transaction.h>
+#include <rocksdb/write_batch.h>
+
+#include "store.pb.h"
+#include "store/chunk_codec.h"
+#include "store/chunk_hash.h"
+#include "store/keys.h"
+#include "store/parallel_for.h"
+#include "store/rocksdb_status.h"
+#include "store/snapshot_writer.h"
+
+namespace trainsnap::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMetaCf[] = "meta";
+constexpr char kSnapshotsCf[] = "snapshots";
+constexpr char kTensorsCf[] = "tensors";
+constexpr char kChunksCf[] = "chunks";
+constexpr char kMetaStoreKey[] = "store";
+constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
+// Values at least this large go to blob files: chunk values are either tiny
+// (tails of small tensors) or close to chunk_bytes.
+constexpr uint64_t kMinBlobBytes = 4096;
+// Chunk deletions are written in batches of this many keys.
+constexpr size_t kGcBatch = 1024;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string StepName(int64_t step) { return "step " + std::to_string(step); }
+
+// The smallest key greater than every key starting with `prefix`; empty if none.
+std::string PrefixUpperBound(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xff) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
+  rocksdb::ColumnFamilyOptions chunks;
+  chunks.enable_blob_files = true;
+  chunks.min_blob_size = kMinBlobBytes;
+  chunks.blob_compression_type = rocksdb::kNoCompression;  // payloads are zstd already
+  chunks.compression = rocksdb::kNoCompression;
+  chunks.enable_blob_garbage_collection = true;
+  return {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {kMetaCf, rocksdb::ColumnFamilyOptions()},
+      {kSnapshotsCf, rocksdb::ColumnFamilyOptions()},
+      {kTensorsCf, rocksdb::ColumnFamilyOptions()},
+      {kChunksCf, chunks},
+  };
+}
+
+rocksdb::DBOptions BaseDbOptions() {
+  rocksdb::DBOptions o;
+  o.paranoid_checks = true;
+  o.keep_log_file_num = 4;
+  return o;
+}
+
+bool StoreExists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::path(path) / "CURRENT", ec);
+}
+
+}  // namespace
+
+// --- open / close ------------------------------------------------------------
+
+Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options) {
+  std::unique_ptr<RocksStore> store(new RocksStore());
+  const std::string context = "open store " + path;
+  if (options.zstd_level < 0 || options.zstd_level > 19) {
+    return Status::InvalidArgument(context + ": zstd_level " + std::to_string(options.zstd_level) +
+                                   " is outside 1..19 (0 = 3)");
+  }
+  if (options.threads < 0) return Status::InvalidArgument(context + ": threads must be >= 0");
+  if (options.retention.keep_last < 0 || options.retention.keep_every < 0) {
+    return Status::InvalidArgument(context + ": retention counts must be >= 0");
+  }
+  if (!StoreExists(path) && !options.create_if_missing) {
+    return Status::NotFound(context + ": no store at this path (create_if_missing is false)");
+  }
+  store->zstd_level_ = options.zstd_level == 0 ? 3 : options.zstd_level;
+  store->sync_ = options.sync;
+  store->retention_ = options.retention;
+  store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false));
+  Status s = store->LoadOrCreateMeta(options);
+  if (!s.ok()) return s.WithContext(context);
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<Store>> RocksStore::OpenSecondary(const std::string& path) {
+  const std::string context = "open store " + path + " read-only";
+  if (!StoreExists(path)) return Status::NotFound(context + ": no store at this path");
+  std::unique_ptr<RocksStore> store(new RocksStore());
+  store->read_only_ = true;
+  store->threads_ = std::max(1u, std::thread::hardware_concurrency());
+  // The secondary instance keeps its own info log and MANIFEST copy here.
+  std::string tmpl = (fs::temp_directory_path() / "trainsnap-secondary-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return Status::IOError(context + ": cannot create a temporary directory: " + std::strerror(errno));
+  }
+  store->secondary_dir_ = tmpl;
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true));
+  Status s = store->LoadOrCreateMeta(StoreOptions());
+  if (!s.ok()) return s.WithContext(context);
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, bool read_only) {
+  path_ = path;
+  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
+  rocksdb::DBOptions db_options = BaseDbOptions();
+  const auto cfs = ColumnFamilies();
+  if (read_only) {
+    db_options.max_open_files = -1;  // required by secondary instances
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::OpenAsSecondary(db_options, path, secondary_dir_, cfs, &handles_, &db);
+    if (!s.ok()) return FromRocks(s, "open store " + path + " read-only", path);
+    db_ = db;
+  } else {
+    db_options.create_if_missing = options.create_if_missing;
+    db_options.create_missing_column_families = true;
+    rocksdb::OptimisticTransactionDB* db = nullptr;
+    rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, path, cfs, &handles_, &db);
+    if (!s.ok()) return FromRocks(s, "open store " + path, path);
+    txn_db_ = db;
+    db_ = db;
+  }
+  meta_cf_ = handles_[1];
+  snapshots_cf_ = handles_[2];
+  tensors_cf_ = handles_[3];
+  chunks_cf_ = handles_[4];
+  return Status::OK();
+}
+
+Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaStoreKey, &value);
+  if (s.IsNotFound()) {
+    if (read_only_) return Status::InvalidArgument("not a trainsnap store (no meta record)");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+    it->SeekToFirst();
+    if (it->Valid()) return Status::Corruption("the store holds snapshots but no meta record");
+    proto::StoreMeta meta;
+    meta.set_format_version(kStoreFormatVersion);
+    meta.set_chunk_bytes(options.chunk_bytes ? options.chunk_bytes : kDefaultChunkBytes);
+    meta.set_hash(kHashName);
+    meta.set_created_unix_ms(NowUnixMs());
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_cf_, kMetaStoreKey, meta.SerializeAsString()),
+                                        "write meta record"));
+    chunk_bytes_ = meta.chunk_bytes();
+    return Status::OK();
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read meta record"));
+  proto::StoreMeta meta;
+  if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
+  if (meta.format_version() != kStoreFormatVersion) {
+    return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
+                                " is not supported (this build reads version " +
+                                std::to_string(kStoreFormatVersion) + ")");
+  }
+  if (meta.hash() != kHashName) {
+    return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
+  }
+  if (meta.chunk_bytes() == 0) return Status::Corruption("meta record: chunk_bytes is 0");
+  if (options.chunk_bytes != 0 && options.chunk_bytes != meta.chunk_bytes()) {
+    return Status::InvalidArgument("chunk_bytes " + std::to_string(options.chunk_bytes) +
+                                   " differs from the store's fixed chunk_bytes " +
+                                   std::to_string(meta.chunk_bytes()));
+  }
+  chunk_bytes_ = meta.chunk_bytes();
+  return Status::OK();
+}
+
+RocksStore::~RocksStore() {
+  if (pool_) pool_->join();
+  if (db_) {
+    for (rocksdb::ColumnFamilyHandle* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+    delete db_;
+  }
+  if (!secondary_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(secondary_dir_, ec);
+  }
+}
+
+Status RocksStore::Refresh() {
+  if (!read_only_) return Status::OK();
+  return FromRocks(db_->TryCatchUpWithPrimary(), "refresh store " + path_);
+}
+
+Status RocksStore::CheckWritable(std::string_view what) const {
+  if (read_only_) return Status::NotSupported(std::string(what) + ": store " + path_ + " is open read-only");
+  return Status::OK();
+}
+
+// --- reading -------------------------------------------------------------------
+
+Result<std::optional<SnapshotRecordData>> RocksStore::ReadSnapshotRecord(int64_t step) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return std::optional<SnapshotRecordData>();
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read snapshot record"));
+  TRAINSNAP_ASSIGN_OR_RETURN(SnapshotRecordData data, ParseSnapshotRecord(value, step));
+  return std::optional<SnapshotRecordData>(std::move(data));
+}
+
+Result<std::vector<int64_t>> RocksStore::ListSteps() {
+  std::vector<int64_t> steps;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(int64_t step, DecodeStepKey(std::string_view(it->key().data(), it->key().size())));
+    steps.push_back(step);
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "list snapshots"));
+  return steps;
+}
+
+Result<std::vector<SnapshotInfo>> RocksStore::List() {
+  std::vector<SnapshotInfo> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto step = DecodeStepKey(std::string_view(it->key().data(), it->key().size()));
+    if (!step.ok()) return step.status().WithContext("list snapshots");
+    auto data = ParseSnapshotRecord(std::string_view(it->value().data(), it->value().size()), *step);
+    if (!data.ok()) return data.status().WithContext("list snapshots: " + StepName(*step));
+    out.push_back(data->info);
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "list snapshots"));
+  return out;
+}
+
+Result<std::optional<int64_t>> RocksStore::Latest() {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  it->SeekToLast();
+  if (!it->Valid()) {
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "latest snapshot"));
+    return std::optional<int64_t>();
+  }
+  auto step = DecodeStepKey(std::string_view(it->key().data(), it->key().size()));
+  if (!step.ok()) return step.status().WithContext("latest snapshot");
+  return std::optional<int64_t>(*step);
+}
+
+Result<SnapshotInfo> RocksStore::Info(int64_t step) {
+  auto data = ReadSnapshotRecord(step);
+  if (!data.ok()) return data.status().WithContext(StepName(step));
+  if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
+  return (*data)->info;
+}
+
+Result<std::string> RocksStore::Manifest(int64_t step) {
+  auto data = ReadSnapshotRecord(step);
+  if (!data.ok()) return data.status().WithContext(StepName(step));
+  if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
+  return std::move((*data)->manifest);
+}
+
+Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
+  // Read the snapshot record and its tensors from one consistent view.
+  const rocksdb::Snapshot* view = db_->GetSnapshot();
+  std::unique_ptr<const rocksdb::Snapshot, std::function<void(const rocksdb::Snapshot*)>> release(
+      view, [this](const rocksdb::Snapshot* v) { db_->ReleaseSnapshot(v); });
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view;
+  std::string value;
+  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return Status::NotFound("no snapshot at " + StepName(step));
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, StepName(step) + ": read snapshot record"));
+
+  std::vector<TensorRecord> out;
+  const std::string prefix = TensorKeyPrefix(step);
+  const std::string upper = PrefixUpperBound(prefix);
+  rocksdb::Slice upper_slice(upper);
+  if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+  for (it->Seek(prefix); it->Valid(); it->Next()) {
+    auto key = DecodeTensorKey(std::string_view(it->key().data(), it->key().size()));
+    if (!key.ok()) return key.status().WithContext(StepName(step));
+    auto record = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
+                                    key->role);
+    if (!record.ok()) {
+      return record.status().WithContext(StepName(step) + ": tensor param_id " + std::to_string(key->param_id) +
+                                         " role " + key->role);
+    }
+    out.push_back(std::move(*record));
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), StepName(step) + ": read tensor records"));
+  return out;
+}
+
+Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::string_view role) {
+  const std::string name = StepName(step) + ": tensor param_id " + std::to_string(param_id) + " role " +
+                           std::string(role);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), tensors_cf_, EncodeTensorKey(step, param_id, role), &value);
+  if (s.IsNotFound()) return Status::NotFound(name + ": not in the store");
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, name));
+  auto record = ParseTensorRecord(value, param_id, std::string(role));
+  if (!record.ok()) return record.status().WithContext(name);
+  return record;
+}
+
+Status RocksStore::ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSlice& value, uint8_t* dst) {
+  Status s = DecodeChunk(std::string_view(value.data(), value.size()), dst, ref.raw_bytes);
+  if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
+  if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
+    return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
+  }
+  return Status::OK();
+}
+
+Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) {
+  const std::string name = "read tensor param_id " + std::to_string(record.param_id) + " role " + record.role;
+  if (dst_bytes != record.bytes) {
+    return Status::InvalidArgument(name + ": destination has " + std::to_string(dst_bytes) + " bytes, tensor has " +
+                                   std::to_string(record.bytes));
+  }
+  uint64_t total = 0;
+  for (const ChunkRef& c : record.chunks) total += c.raw_bytes;
+  if (total != record.bytes) return Status::InvalidArgument(name + ": chunk lengths do not add up to its bytes");
+  if (record.bytes > 0 && dst == nullptr) return Status::InvalidArgument(name + ": null destination");
+
+  // Fetch a window of chunks at a time: bounded memory, and the pool decodes
+  // one window while nothing else is buffered.
+  const size_t window = static_cast<size_t>(std::max(1, threads_ * 2));
+  std::vector<uint64_t> offsets(record.chunks.size());
+  for (size_t i = 0, off = 0; i < record.chunks.size(); off += record.chunks[i].raw_bytes, ++i) offsets[i] = off;
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t begin = 0; begin < record.chunks.size(); begin += window) {
+    const size_t n = std::min(window, record.chunks.size() - begin);
+    std::vector<std::string> keys(n);
+    std::vector<rocksdb::Slice> key_slices(n);
+    for (size_t i = 0; i < n; ++i) {
+      keys[i] = EncodeChunkKey(record.chunks[begin + i].hash);
+      key_slices[i] = keys[i];
+    }
+    std::vector<rocksdb::PinnableSlice> values(n);
+    std::vector<rocksdb::Status> statuses(n);
+    db_->MultiGet(rocksdb::ReadOptions(), chunks_cf_, n, key_slices.data(), values.data(), statuses.data());
+    Status s = ParallelFor(*pool_, n, [&](size_t i) -> Status {
+      const size_t index = begin + i;
+      const ChunkRef& ref = record.chunks[index];
+      const std::string where = name + ": chunk " + std::to_string(index);
+      if (statuses[i].IsNotFound()) {
+        return Status::Corruption(where + " " + ref.hash.Hex() + ": referenced but missing from the store");
+      }
+      if (!statuses[i].ok()) return FromRocks(statuses[i], where + " " + ref.hash.Hex());
+      return ReadChunkInto(ref, values[i], out + offsets[index]).WithContext(where);
+    });
+    TRAINSNAP_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+// --- writing -------------------------------------------------------------------
+
+Result<std::unique_ptr<SnapshotWriter>> RocksStore::BeginSnapshot(int64_t step, const SnapshotOptions& options) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("begin snapshot " + StepName(step)));
+  return std::unique_ptr<SnapshotWriter>(new SnapshotWriterImpl(this, step, options));
+}
+
+Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(hash), &value);
+  if (s.IsNotFound()) return std::optional<uint64_t>();
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "look up chunk " + hash.Hex()));
+  registry_.NoteStored(hash, value.size());
+  return std::optional<uint64_t>(value.size());
+}
+
+Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
+  rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
+  return FromRocks(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
+}
+
+Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
+                                                const std::string& manifest, bool replace_existing) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_;
+  std::unique_ptr<rocksdb::Transaction> txn(txn_db_->BeginTransaction(wo));
+  const std::string step_key = EncodeStepKey(info.step);
+  std::string existing;
+  rocksdb::Status s = txn->GetForUpdate(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
+  if (s.ok()) {
+    if (!replace_existing) return Status::AlreadyExists(StepName(info.step) + " is already stored");
+    // Replacing: the old tensor records go in the same transaction.
+    const std::string prefix = TensorKeyPrefix(info.step);
+    const std::string upper = PrefixUpperBound(prefix);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions ro;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(txn->Delete(tensors_cf_, it->key()), "delete old tensor record"));
+    }
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan old tensor records"));
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "read snapshot record");
+  }
+  for (const TensorRecord& r : records) {
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(
+        txn->Put(tensors_cf_, EncodeTensorKey(info.step, r.param_id, r.role), SerializeTensorRecord(r)),
+        "write tensor record"));
+  }
+  info.manifest_bytes = manifest.size();
+  TRAINSNAP_RETURN_IF_ERROR(
+      FromRocks(txn->Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(txn->Commit(), "commit transaction"));
+
+  if (retention_.keep_last > 0) {
+    // The snapshot is committed whatever happens here: a failed prune is
+    // retried after the next commit, and must not report the commit failed.
+    static_cast<void>(PruneLocked(retention_, /*full_gc=*/false));
+  }
+  return info;
+}
+
+// --- deleting and garbage collection ------------------------------------------
+
+Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<ChunkRef>* released) {
+  rocksdb::WriteBatch batch;
+  for (int64_t step : steps) {
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(snapshots_cf_, EncodeStepKey(step)), "delete"));
+    const std::string prefix = TensorKeyPrefix(step);
+    const std::string upper = PrefixUpperBound(prefix);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions ro;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      if (released) {
+        // Only a hint for the incremental GC after retention: a record that
+        // does not parse just releases nothing (a full GC still finds them).
+        auto record = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), 0, "");
+        if (record.ok()) released->insert(released->end(), record->chunks.begin(), record->chunks.end());
+      }
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(tensors_cf_, it->key()), "delete"));
+    }
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records of " + StepName(step)));
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_;
+  return FromRocks(db_->Write(wo, &batch), "delete snapshots");
+}
+
+Status RocksStore::Delete(int64_t step) {
+  const std::string context = "delete " + StepName(step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto data = ReadSnapshotRecord(step);
+  if (!data.ok()) return data.status().WithContext(context);
+  if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
+  return DeleteSteps({step}, nullptr).WithContext(context);
+}
+
+Status RocksStore::Rollback(int64_t step) {
+  const std::string context = "rollback to " + StepName(step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto data = ReadSnapshotRecord(step);
+  if (!data.ok()) return data.status().WithContext(context);
+  if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
+  auto steps = ListSteps();
+  if (!steps.ok()) return steps.status().WithContext(context);
+  std::vector<int64_t> later;
+  for (int64_t s : *steps) {
+    if (s > step) later.push_back(s);
+  }
+  if (later.empty()) return Status::OK();
+  return DeleteSteps(later, nullptr).WithContext(context);
+}
+
+Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), tensors_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto key = DecodeTensorKey(std::string_view(it->key().data(), it->key().size()));
+    if (!key.ok()) return key.status();
+    // A record that does not parse might reference any chunk: refuse to guess.
+    auto record = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
+                                    key->role);
+    if (!record.ok()) {
+      return record.status().WithContext(StepName(key->step) + ": tensor param_id " +
+                                         std::to_string(key->param_id) + " role " + key->role);
+    }
+    for (const ChunkRef& c : record->chunks) live->emplace(c.hash, c.stored_bytes);
+  }
+  return FromRocks(it->status(), "scan tensor records");
+}
+
+Result<GcReport> RocksStore::EraseChunks(std::vector<ChunkHash> candidates, const std::vector<uint64_t>& sizes,
+                                         GcReport report) {
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> size_of;
+  for (size_t i = 0; i < candidates.size(); ++i) size_of[candidates[i]] = sizes[i];
+  for (size_t begin = 0; begin < candidates.size(); begin += kGcBatch) {
+    std::vector<ChunkHash> batch_hashes(candidates.begin() + begin,
+                                        candidates.begin() + std::min(candidates.size(), begin + kGcBatch));
+    Status s = registry_.EraseUnpinned(&batch_hashes, [&](const std::vector<ChunkHash>& hashes) {
+      rocksdb::WriteBatch batch;
+      for (const ChunkHash& h : hashes) {
+        TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunks_cf_, EncodeChunkKey(h)), "delete chunk"));
+      }
+      return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "delete chunks");
+    });
+    TRAINSNAP_RETURN_IF_ERROR(s);
+    for (const ChunkHash& h : batch_hashes) {
+      report.chunks_deleted += 1;
+      report.bytes_deleted += size_of[h];
+    }
+  }
+  report.chunks_live = report.chunks_scanned - report.chunks_deleted;
+  return report;
+}
+
+Result<GcReport> RocksStore::CollectGarbageLocked(const ProgressFn& progress) {
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> live;
+  TRAINSNAP_RETURN_IF_ERROR(CollectLiveChunks(&live));
+  uint64_t estimate = 0;
+  db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
+  GcReport report;
+  std::vector<ChunkHash> candidates;
+  std::vector<uint64_t> sizes;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(ChunkHash hash, DecodeChunkKey(std::string_view(it->key().data(), it->key().size())));
+    ++report.chunks_scanned;
+    if (progress) progress(report.chunks_scanned, std::max(estimate, report.chunks_scanned));
+    if (live.count(hash)) continue;
+    candidates.push_back(hash);
+    sizes.push_back(it->value().size());
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan chunks"));
+  return EraseChunks(std::move(candidates), sizes, report);
+}
+
+Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("collect garbage"));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto report = CollectGarbageLocked(progress);
+  if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
+  return report;
+}
+
+Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool full_gc) {
+  PruneReport report;
+  if (policy.keep_last <= 0) return report;  // keep_last = 0 keeps everything
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps());
+  const size_t keep_from = steps.size() > static_cast<size_t>(policy.keep_last)
+                               ? steps.size() - static_cast<size_t>(policy.keep_last)
+                               : 0;
+  for (size_t i = 0; i < keep_from; ++i) {
+    if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) continue;
+    report.deleted_steps.push_back(steps[i]);
+  }
+  std::vector<ChunkRef> released;
+  if (!report.deleted_steps.empty()) {
+    TRAINSNAP_RETURN_IF_ERROR(DeleteSteps(report.deleted_steps, full_gc ? nullptr : &released));
+  }
+  if (full_gc) {
+    TRAINSNAP_ASSIGN_OR_RETURN(report.gc, CollectGarbageLocked({}));
+    return report;
+  }
+  if (released.empty()) return report;
+  // Incremental: only the chunks the deleted snapshots referenced can have
+  // become garbage; a full scan of the chunks would read every blob.
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> live;
+  TRAINSNAP_RETURN_IF_ERROR(CollectLiveChunks(&live));
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> dead;
+  for (const ChunkRef& c : released) {
+    if (!live.count(c.hash)) dead.emplace(c.hash, c.stored_bytes);
+  }
+  std::vector<ChunkHash> candidates;
+  std::vector<uint64_t> sizes;
+  for (const auto& [hash, size] : dead) {
+    candidates.push_back(hash);
+    sizes.push_back(size);
+  }
+  GcReport gc;
+  gc.chunks_scanned = candidates.size();
+  TRAINSNAP_ASSIGN_OR_RETURN(report.gc, EraseChunks(std::move(candidates), sizes, gc));
+  return report;
+}
+
+Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("prune"));
+  if (policy.keep_last < 0 || policy.keep_every < 0) {
+    return Status::InvalidArgument("prune: retention counts must be >= 0");
+  }
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  auto report = PruneLocked(policy, /*full_gc=*/true);
+  if (!report.ok()) return report.status().WithContext("prune " + path_);
+  return report;
+}
+
+// --- verification and statistics ------------------------------------------------
+
+Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
+  const std::string context = "verify " + path_;
+  std::vector<int64_t> steps;
+  if (step) {
+    auto data = ReadSnapshotRecord(*step);
+    if (!data.ok() && data.status().code() != StatusCode::kCorruption &&
+        data.status().code() != StatusCode::kNotSupported) {
+      return data.status().WithContext(context);
+    }
+    if (data.ok() && !data->has_value()) return Status::NotFound(context + ": no snapshot at " + StepName(*step));
+    steps.push_back(*step);
+  } else {
+    auto all = ListSteps();
+    if (!all.ok()) return all.status().WithContext(context);
+    steps = std::move(*all);
+  }
+  VerifyReport report;
+  std::vector<uint8_t> buffer;
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const int64_t s = steps[si];
+    ++report.snapshots;
+    if (progress) progress(si, steps.size());
+    auto record = ReadSnapshotRecord(s);
+    if (!record.ok()) {
+      report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record")});
+      continue;
+    }
+    uint64_t tensors_seen = 0;
+    const std::string prefix = TensorKeyPrefix(s);
+    const std::string upper = PrefixUpperBound(prefix);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions ro;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      ++tensors_seen;
+      ++report.tensors;
+      auto key = DecodeTensorKey(std::string_view(it->key().data(), it->key().size()));
+      if (!key.ok()) {
+        report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s))});
+        continue;
+      }
+      const std::string where = StepName(s) + ": tensor param_id " + std::to_string(key->param_id) + " role " +
+                                key->role;
+      auto tensor = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
+                                      key->role);
+      if (!tensor.ok()) {
+        report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where)});
+        continue;
+      }
+      for (size_t ci = 0; ci < tensor->chunks.size(); ++ci) {
+        const ChunkRef& ref = tensor->chunks[ci];
+        ++report.chunks;
+        const std::string chunk_where = where + ": chunk " + std::to_string(ci) + " " + ref.hash.Hex();
+        rocksdb::PinnableSlice value;
+        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
+        Status problem;
+        if (rs.IsNotFound()) {
+          problem = Status::NotFound(chunk_where + ": referenced but missing from the store");
+        } else if (!rs.ok()) {
+          problem = FromRocks(rs, chunk_where);
+        } else {
+          buffer.resize(ref.raw_bytes);
+          problem = ReadChunkInto(ref, value, buffer.data()).WithContext(where + ": chunk " + std::to_string(ci));
+          if (problem.ok()) report.bytes += ref.raw_bytes;
+        }
+        if (!problem.ok()) {
+          report.problems.push_back(
+              {s, key->param_id, key->role, static_cast<int64_t>(ci), ref.hash, std::move(problem)});
+        }
+      }
+    }
+    if (!it->status().ok()) {
+      report.problems.push_back({s, 0, "", -1, {}, FromRocks(it->status(), StepName(s) + ": scan tensor records")});
+    } else if (record->has_value() && (*record)->info.tensors != tensors_seen) {
+      report.problems.push_back({s, 0, "", -1, {},
+                                 Status::Corruption(StepName(s) + ": snapshot record lists " +
+                                                    std::to_string((*record)->info.tensors) +
+                                                    " tensors, the store holds " + std::to_string(tensors_seen))});
+    }
+  }
+  if (progress) progress(steps.size(), steps.size());
+  return report;
+}
+
+Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
+  const std::string context = "stats " + path_;
+  StoreStats stats;
+  auto list = List();
+  if (!list.ok()) return list.status().WithContext(context);
+  for (const SnapshotInfo& info : *list) {
+    ++stats.snapshots;
+    stats.logical_bytes += info.logical_bytes;
+    stats.referenced_bytes += info.stored_bytes;
+  }
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> live;
+  Status s = CollectLiveChunks(&live);
+  if (!s.ok()) return s.WithContext(context);
+  uint64_t estimate = 0;
+  db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+    if (!hash.ok()) return hash.status().WithContext(context);
+    ++stats.chunks;
+    if (progress) progress(stats.chunks, std::max(estimate, stats.chunks));
+    const std::string_view value(it->value().data(), it->value().size());
+    stats.chunk_stored_bytes += value.size();
+    auto header = ParseChunkHeader(value);
+    if (header.ok()) stats.chunk_raw_bytes += header->raw_bytes;
+    if (!live.count(*hash)) {
+      ++stats.collectable_chunks;
+      stats.collectable_bytes += value.size();
+    }
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan chunks"));
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    std::error_code size_ec;
+    const uint64_t size = e.is_regular_file(size_ec) ? e.file_size(size_ec) : 0;
+    if (size_ec) continue;  // a file RocksDB removed while we listed
+    const std::string ext = e.path().extension().string();
+    if (ext == ".sst") stats.sst_bytes += size;
+    else if (ext == ".blob") stats.blob_bytes += size;
+    else if (ext == ".log") stats.wal_bytes += size;
+  }
+  if (ec) return Status::IOError(context + ": list " + path_ + ": " + ec.message());
+  return stats;
+}
+
+}  // namespace trainsnap::internal
+
+namespace trainsnap {
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+  return internal::RocksStore::OpenWritable(path, options);
+}
+
+Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
+  return internal::RocksStore::OpenSecondary(path);
+}
+
+}  // namespace trainsnap

@@ -1,0 +1,111 @@
+// RocksStore: the Store of include/trainsnap/store.h on a RocksDB
+// OptimisticTransactionDB (writable) or a secondary instance (read-only).
+// The on-disk layout is documented in docs/format.md.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/thread_pool.hpp>
+#include <rocksdb/db.h>
+#include <rocksdb/utilities/optimistic_transaction_db.h>
+
+#include "store/chunk_registry.h"
+#include "store/records.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+class RocksStore final : public Store {
+ public:
+  static Result<std::unique_ptr<Store>> OpenWritable(const std::string& path, const StoreOptions& options);
+  static Result<std::unique_ptr<Store>> OpenSecondary(const std::string& path);
+  ~RocksStore() override;
+
+  const std::string& path() const override { return path_; }
+  bool read_only() const override { return read_only_; }
+  size_t chunk_bytes() const override { return chunk_bytes_; }
+  Status Refresh() override;
+
+  Result<std::vector<SnapshotInfo>> List() override;
+  Result<std::optional<int64_t>> Latest() override;
+  Result<SnapshotInfo> Info(int64_t step) override;
+  Result<std::string> Manifest(int64_t step) override;
+  Result<std::vector<TensorRecord>> Tensors(int64_t step) override;
+  Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) override;
+  Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) override;
+
+  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(int64_t step, const SnapshotOptions& options) override;
+  Status Delete(int64_t step) override;
+  Status Rollback(int64_t step) override;
+  Result<GcReport> CollectGarbage(const ProgressFn& progress) override;
+  Result<VerifyReport> Verify(std::optional<int64_t> step, const ProgressFn& progress) override;
+  Result<PruneReport> Prune(const RetentionPolicy& policy) override;
+  Result<StoreStats> Stats(const ProgressFn& progress) override;
+
+  // --- for SnapshotWriterImpl ---------------------------------------------
+  ChunkRegistry& registry() { return registry_; }
+  int zstd_level() const { return zstd_level_; }
+  boost::asio::thread_pool& pool() { return *pool_; }
+  int threads() const { return threads_; }
+  // Whether the chunks CF holds `hash`; its stored size when it does.
+  Result<std::optional<uint64_t>> LookupChunk(const ChunkHash& hash);
+  // Plain (non-transactional) write of an encoded chunk; WAL on, not synced:
+  // the commit's synced WAL write makes it durable.
+  Status PutChunk(const ChunkHash& hash, const std::string& encoded);
+  // Commits the records of one snapshot atomically; applies retention.
+  Result<SnapshotInfo> CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
+                                      const std::string& manifest, bool replace_existing);
+
+ private:
+  RocksStore() = default;
+  Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only);
+  Status LoadOrCreateMeta(const StoreOptions& options);
+  Status CheckWritable(std::string_view what) const;
+  Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
+  Result<std::vector<int64_t>> ListSteps();
+  // Deletes the snapshots `steps` (and their tensor records) in one atomic
+  // batch; collects the chunk refs of their records into *released if given.
+  Status DeleteSteps(const std::vector<int64_t>& steps, std::vector<ChunkRef>* released);
+  // The hashes every committed tensor record references.
+  Status CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
+  // Deletes the unpinned `candidates` (sizes[i] = encoded bytes of candidates[i])
+  // and adds them to `report`.
+  Result<GcReport> EraseChunks(std::vector<ChunkHash> candidates, const std::vector<uint64_t>& sizes,
+                               GcReport report);
+  Result<GcReport> CollectGarbageLocked(const ProgressFn& progress);
+  // full_gc: scan every chunk afterwards; otherwise only those the deleted
+  // snapshots referenced (cheap enough to run after every commit).
+  Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc);
+  Status ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSlice& value, uint8_t* dst);
+
+  std::string path_;
+  bool read_only_ = false;
+  size_t chunk_bytes_ = 0;
+  int zstd_level_ = 3;
+  bool sync_ = true;
+  int threads_ = 1;
+  RetentionPolicy retention_;
+  std::string secondary_dir_;  // removed on close
+
+  rocksdb::OptimisticTransactionDB* txn_db_ = nullptr;  // writable only; same object as db_
+  rocksdb::DB* db_ = nullptr;                           // owned
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* snapshots_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* tensors_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* chunks_cf_ = nullptr;
+
+  std::unique_ptr<boost::asio::thread_pool> pool_;
+  ChunkRegistry registry_;
+  // Serializes commits, deletes and garbage collection.
+  std::mutex commit_mu_;
+};
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,50 @@
+// SnapshotWriterImpl: builds one snapshot of a RocksStore (see SnapshotWriter
+// in include/trainsnap/store.h). Must not outlive its store.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "store/chunk_registry.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+class RocksStore;
+
+class SnapshotWriterImpl final : public SnapshotWriter {
+ public:
+  SnapshotWriterImpl(RocksStore* store, int64_t step, SnapshotOptions options);
+  // Unpins every chunk this writer referenced; an uncommitted snapshot leaves
+  // only unreferenced chunks behind.
+  ~SnapshotWriterImpl() override;
+
+  int64_t step() const override { return step_; }
+  Status AddTensor(const TensorView& tensor) override;
+  void SetManifest(std::string bytes) override;
+  Result<SnapshotInfo> Commit() override;
+
+ private:
+  // Hashes, dedups and (when new) encodes and writes one chunk.
+  Status AddChunk(const uint8_t* data, size_t size, size_t element_size, ChunkRef* ref);
+
+  RocksStore* store_;
+  const int64_t step_;
+  const SnapshotOptions options_;
+
+  std::mutex mu_;  // guards everything below
+  std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
+  std::string manifest_;
+  uint64_t new_chunks_ = 0;
+  uint64_t new_bytes_ = 0;
+  bool committed_ = false;
+  bool failed_ = false;
+  Status first_error_;
+};
+
+}  // namespace trainsnap::internal
