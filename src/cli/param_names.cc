@@ -1,0 +1,43 @@
+#include "cli/param_names.h"
+
+#include "cli/human_format.h"
+#include "manifest.pb.h"
+
+namespace trainsnap::cli {
+
+ManifestView::ManifestView() = default;
+ManifestView::ManifestView(ManifestView&&) noexcept = default;
+ManifestView& ManifestView::operator=(ManifestView&&) noexcept = default;
+ManifestView::~ManifestView() = default;
+
+ManifestView ManifestView::Parse(const std::string& bytes) {
+  ManifestView view;
+  if (bytes.empty()) return view;  // snapshots written through the Store API alone
+  auto manifest = std::make_unique<proto::TrainingManifest>();
+  if (!manifest->ParseFromString(bytes)) {
+    view.error_ = "manifest does not parse as trainsnap.proto.TrainingManifest";
+    return view;
+  }
+  for (const auto& param : manifest->params()) {
+    view.names_[param.id()].assign(param.names().begin(), param.names().end());
+  }
+  for (const auto& tensor : manifest->model_tensors()) {
+    view.names_[tensor.id()].assign(tensor.names().begin(), tensor.names().end());
+  }
+  view.manifest_ = std::move(manifest);
+  return view;
+}
+
+std::string ManifestView::Name(uint64_t id) const {
+  auto it = names_.find(id);
+  if (it == names_.end() || it->second.empty()) return HexId(id);
+  return it->second.front();
+}
+
+const std::vector<std::string>& ManifestView::Names(uint64_t id) const {
+  static const std::vector<std::string> kNone;
+  auto it = names_.find(id);
+  return it == names_.end() ? kNone : it->second;
+}
+
+}  // namespace trainsnap::cli

@@ -1,0 +1,42 @@
+// Names for parameter IDs: the manifest's contract when it parses (first
+// qualified name, tied names as aliases), the ID in hex otherwise.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trainsnap::proto {
+class TrainingManifest;
+}  // namespace trainsnap::proto
+
+namespace trainsnap::cli {
+
+class ManifestView {
+ public:
+  // Never fails: an empty or unparsable manifest gives a view without names
+  // (error() says why; empty for an empty manifest).
+  static ManifestView Parse(const std::string& bytes);
+  ManifestView(ManifestView&&) noexcept;
+  ManifestView& operator=(ManifestView&&) noexcept;
+  ~ManifestView();
+
+  // The parsed manifest, or nullptr.
+  const proto::TrainingManifest* manifest() const { return manifest_.get(); }
+  const std::string& error() const { return error_; }
+  // First qualified name of the parameter/tensor, or HexId(id).
+  std::string Name(uint64_t id) const;
+  // Every qualified name (tied parameters have several); empty if unknown.
+  const std::vector<std::string>& Names(uint64_t id) const;
+  bool Knows(uint64_t id) const { return names_.count(id) > 0; }
+
+ private:
+  ManifestView();
+  std::unique_ptr<proto::TrainingManifest> manifest_;
+  std::string error_;
+  std::map<uint64_t, std::vector<std::string>> names_;
+};
+
+}  // namespace trainsnap::cli

@@ -1,0 +1,248 @@
+// The commands that delete: rollback, delete, prune, gc. Each reports the
+// bytes its garbage collection reclaimed; rollback, delete and prune take
+// --dry-run (a read-only preview that also works while a trainer writes).
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/confirm.h"
+#include "cli/human_format.h"
+#include "cli/json_output.h"
+#include "cli/progress_bar.h"
+#include "cli/retention_plan.h"
+#include "cli/store_access.h"
+#include "cli/table.h"
+
+namespace trainsnap::cli {
+
+namespace {
+
+struct DeleteOptions {
+  std::string store;
+  std::vector<int64_t> steps;  // delete: the steps; rollback: one, the step to keep
+  RetentionPolicy policy;      // prune
+  bool dry_run = false;
+  bool yes = false;
+  bool json = false;
+};
+
+Result<std::unique_ptr<Store>> OpenFor(const DeleteOptions& options) {
+  return options.dry_run ? OpenForReading(options.store) : OpenForWriting(options.store);
+}
+
+std::string StepList(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+
+std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
+  std::vector<int64_t> steps;
+  for (const auto& info : infos) steps.push_back(info.step);
+  return steps;
+}
+
+// The human preview: what goes, what it frees.
+void PrintPlan(const std::string& verb, const DeletionPlan& plan) {
+  if (plan.deleted.empty()) {
+    std::cout << "nothing to delete; " << plan.kept << " snapshots kept\n";
+    return;
+  }
+  uint64_t logical = 0;
+  Table table({{"STEP", Align::kRight}, {"CREATED (UTC)"}, {"TENSORS", Align::kRight}, {"LOGICAL", Align::kRight},
+               {"NEW", Align::kRight}});
+  for (const SnapshotInfo& info : plan.deleted) {
+    logical += info.logical_bytes;
+    table.AddRow({std::to_string(info.step), HumanTime(info.created_unix_ms), std::to_string(info.tensors),
+                  HumanBytes(info.logical_bytes), HumanBytes(info.new_bytes)});
+  }
+  std::cout << verb << " " << plan.deleted.size() << " snapshots (" << HumanBytes(logical) << " logical), keep "
+            << plan.kept << "; frees " << HumanBytes(plan.reclaimable_bytes) << " in " << plan.reclaimable_chunks
+            << " chunks (plus chunks already unreferenced)\n";
+  std::cout << table.Render();
+  std::cout.flush();
+}
+
+nlohmann::json PlanJson(const std::string& command, const DeleteOptions& options, const DeletionPlan& plan) {
+  nlohmann::json doc = JsonDocument(command);
+  doc["store"] = options.store;
+  doc["dry_run"] = options.dry_run;
+  doc["deleted_steps"] = StepsOf(plan.deleted);
+  doc["kept"] = plan.kept;
+  doc["reclaimable_chunks"] = plan.reclaimable_chunks;
+  doc["reclaimable_bytes"] = plan.reclaimable_bytes;
+  doc["gc"] = nullptr;
+  doc["bytes_reclaimed"] = 0;
+  return doc;
+}
+
+// Prints the result of a deletion followed by garbage collection.
+void PrintDone(const DeleteOptions& options, nlohmann::json doc, const std::vector<int64_t>& deleted,
+               const GcReport& gc) {
+  if (options.json) {
+    doc["deleted_steps"] = deleted;
+    doc["gc"] = GcReportJson(gc);
+    doc["bytes_reclaimed"] = gc.bytes_deleted;
+    PrintJson(doc);
+    return;
+  }
+  std::cout << "deleted " << deleted.size() << " snapshots" << (deleted.empty() ? "" : " (" + StepList(deleted) + ")")
+            << "; garbage collection reclaimed " << HumanBytes(gc.bytes_deleted) << " (" << gc.bytes_deleted
+            << " bytes) in " << gc.chunks_deleted << " chunks; " << gc.chunks_live << " chunks live\n";
+}
+
+Result<GcReport> CollectWithProgress(Store& store) {
+  ProgressBar progress("gc", /*bytes=*/false);
+  auto gc = store.CollectGarbage(progress.Callback());
+  if (!gc.ok()) return gc.status().WithContext("garbage collection");
+  return gc;
+}
+
+// Shared by rollback and delete: plan, preview, confirm, delete, collect.
+Status DeleteSteps(const std::string& command, const DeleteOptions& options, Store& store,
+                   const std::vector<int64_t>& steps, bool ask, const std::function<Status()>& do_delete) {
+  TRAINSNAP_ASSIGN_OR_RETURN(DeletionPlan plan, PlanDeletion(store, steps));
+  nlohmann::json doc = PlanJson(command, options, plan);
+  if (options.dry_run) {
+    if (options.json) {
+      PrintJson(doc);
+    } else {
+      PrintPlan("would delete", plan);
+    }
+    return Status::OK();
+  }
+  if (!options.json) PrintPlan("deleting", plan);
+  if (plan.deleted.empty()) {
+    if (options.json) PrintJson(doc);
+    return Status::OK();
+  }
+  if (ask) {
+    TRAINSNAP_RETURN_IF_ERROR(Confirm("delete " + std::to_string(plan.deleted.size()) + " snapshots (steps " +
+                                          StepList(steps) + ") from " + options.store + "?",
+                                      options.yes)
+                                  .WithContext("refusing to delete " + std::to_string(plan.deleted.size()) +
+                                               " snapshots"));
+  }
+  TRAINSNAP_RETURN_IF_ERROR(do_delete());
+  TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectWithProgress(store));
+  PrintDone(options, std::move(doc), steps, gc);
+  return Status::OK();
+}
+
+Status RunRollback(const DeleteOptions& options) {
+  const int64_t keep = options.steps.front();
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
+  TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, keep).status());
+  auto all = store->List();
+  if (!all.ok()) return all.status().WithContext("list snapshots");
+  std::vector<int64_t> later;
+  for (const SnapshotInfo& info : *all) {
+    if (info.step > keep) later.push_back(info.step);
+  }
+  return DeleteSteps("rollback", options, *store, later, /*ask=*/true, [&] {
+    return store->Rollback(keep).WithContext("rollback to step " + std::to_string(keep));
+  });
+}
+
+Status RunDelete(const DeleteOptions& options) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
+  for (int64_t step : options.steps) TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, step).status());
+  return DeleteSteps("delete", options, *store, options.steps, /*ask=*/false, [&]() -> Status {
+    for (int64_t step : options.steps) {
+      TRAINSNAP_RETURN_IF_ERROR(store->Delete(step).WithContext("delete step " + std::to_string(step)));
+    }
+    return Status::OK();
+  });
+}
+
+Status RunPrune(const DeleteOptions& options) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
+  auto all = store->List();
+  if (!all.ok()) return all.status().WithContext("list snapshots");
+  std::vector<int64_t> doomed = StepsOutsidePolicy(StepsOf(*all), options.policy);
+  TRAINSNAP_ASSIGN_OR_RETURN(DeletionPlan plan, PlanDeletion(*store, doomed));
+  nlohmann::json doc = PlanJson("prune", options, plan);
+  if (options.dry_run) {
+    if (options.json) {
+      PrintJson(doc);
+    } else {
+      PrintPlan("would delete", plan);
+    }
+    return Status::OK();
+  }
+  auto report = store->Prune(options.policy);
+  if (!report.ok()) return report.status().WithContext("prune");
+  PrintDone(options, std::move(doc), report->deleted_steps, report->gc);
+  return Status::OK();
+}
+
+Status RunGc(const DeleteOptions& options) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForWriting(options.store));
+  TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectWithProgress(*store));
+  if (options.json) {
+    nlohmann::json doc = JsonDocument("gc");
+    doc["store"] = options.store;
+    doc["gc"] = GcReportJson(gc);
+    doc["bytes_reclaimed"] = gc.bytes_deleted;
+    PrintJson(doc);
+  } else {
+    std::cout << "garbage collection reclaimed " << HumanBytes(gc.bytes_deleted) << " (" << gc.bytes_deleted
+              << " bytes) in " << gc.chunks_deleted << " of " << gc.chunks_scanned << " chunks; " << gc.chunks_live
+              << " chunks live\n";
+  }
+  return Status::OK();
+}
+
+void AddCommon(CLI::App* app, DeleteOptions& options, const std::string& command, bool dry_run) {
+  app->add_option("store", options.store, "Path of the store")->required();
+  if (dry_run) app->add_flag("--dry-run", options.dry_run, "Show what would be deleted; change nothing");
+  app->add_flag("--json", options.json, "Print JSON (schema trainsnap." + command + "/1, docs/cli.md)");
+}
+
+}  // namespace
+
+Command AddRollbackCommand(CLI::App& parent) {
+  auto options = std::make_shared<DeleteOptions>();
+  options->steps.resize(1);
+  CLI::App* app = parent.add_subcommand(
+      "rollback", "Deletes every snapshot after STEP, then collects garbage. Shows what it will "
+                  "delete and asks on a terminal unless --yes; without a terminal it refuses "
+                  "unless --yes.");
+  AddCommon(app, *options, "rollback", /*dry_run=*/true);
+  app->add_option("step", options->steps.front(), "The snapshot to roll back to (kept)")->required();
+  app->add_flag("-y,--yes", options->yes, "Do not ask for confirmation");
+  return {app, [options] { return RunRollback(*options); }};
+}
+
+Command AddDeleteCommand(CLI::App& parent) {
+  auto options = std::make_shared<DeleteOptions>();
+  CLI::App* app = parent.add_subcommand("delete", "Deletes the given snapshots, then collects garbage.");
+  AddCommon(app, *options, "delete", /*dry_run=*/true);
+  app->add_option("steps", options->steps, "Snapshot steps to delete")->required();
+  return {app, [options] { return RunDelete(*options); }};
+}
+
+Command AddPruneCommand(CLI::App& parent) {
+  auto options = std::make_shared<DeleteOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "prune", "Keeps the N newest snapshots and every step that is a multiple of K; deletes the "
+               "rest, then collects garbage (the library's RetentionPolicy).");
+  AddCommon(app, *options, "prune", /*dry_run=*/true);
+  app->add_option("--keep-last", options->policy.keep_last, "Newest snapshots to keep (>= 1)")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app->add_option("--keep-every", options->policy.keep_every, "Also keep steps that are multiples of K (>= 1)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  return {app, [options] { return RunPrune(*options); }};
+}
+
+Command AddGcCommand(CLI::App& parent) {
+  auto options = std::make_shared<DeleteOptions>();
+  CLI::App* app = parent.add_subcommand("gc", "Deletes every chunk no snapshot references; reports the bytes reclaimed.");
+  AddCommon(app, *options, "gc", /*dry_run=*/false);
+  return {app, [options] { return RunGc(*options); }};
+}
+
+}  // namespace trainsnap::cli

@@ -1,0 +1,29 @@
+// What a deletion (rollback, delete, prune) would remove, computed without
+// changing the store: for previews (--dry-run, the confirmation prompt).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "trainsnap/store.h"
+
+namespace trainsnap::cli {
+
+struct DeletionPlan {
+  std::vector<SnapshotInfo> deleted;  // ascending step
+  uint64_t kept = 0;                  // snapshots left afterwards
+  // Chunks referenced only by deleted snapshots: what the garbage collection
+  // after the deletion frees (besides chunks that are already unreferenced).
+  uint64_t reclaimable_chunks = 0;
+  uint64_t reclaimable_bytes = 0;  // their encoded (stored) bytes
+};
+
+// `steps` must name existing snapshots.
+Result<DeletionPlan> PlanDeletion(Store& store, const std::vector<int64_t>& steps);
+
+// Steps (ascending input) that `policy` does not keep: the library's rule
+// (store.h RetentionPolicy): keep the keep_last newest and every multiple of
+// keep_every. keep_last = 0 keeps everything.
+std::vector<int64_t> StepsOutsidePolicy(const std::vector<int64_t>& steps, const RetentionPolicy& policy);
+
+}  // namespace trainsnap::cli
