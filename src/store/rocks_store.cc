@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 
 #include <rocksdb/options.h>
@@ -17,6 +18,7 @@
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
 #include "store/keys.h"
+#include "store/kill_point.h"
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
 #include "store/snapshot_writer.h"
@@ -90,7 +92,8 @@ bool StoreExists(const std::string& path) {
 
 // --- open / close ------------------------------------------------------------
 
-Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options) {
+Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options,
+                                                        rocksdb::Env* env) {
   std::unique_ptr<RocksStore> store(new RocksStore());
   const std::string context = "open store " + path;
   if (options.zstd_level < 0 || options.zstd_level > 19) {
@@ -108,55 +111,84 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   store->sync_ = options.sync;
   store->retention_ = options.retention;
   store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false));
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false, env));
   Status s = store->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
   return std::unique_ptr<Store>(std::move(store));
 }
 
-Result<std::unique_ptr<Store>> RocksStore::OpenSecondary(const std::string& path) {
+Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env) {
   const std::string context = "open store " + path + " read-only";
   if (!StoreExists(path)) return Status::NotFound(context + ": no store at this path");
   std::unique_ptr<RocksStore> store(new RocksStore());
   store->read_only_ = true;
+  store->env_ = env;
   store->threads_ = std::max(1u, std::thread::hardware_concurrency());
-  // The secondary instance keeps its own info log and MANIFEST copy here.
-  std::string tmpl = (fs::temp_directory_path() / "trainsnap-secondary-XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    return Status::IOError(context + ": cannot create a temporary directory: " + std::strerror(errno));
-  }
-  store->secondary_dir_ = tmpl;
-  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true));
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true, env));
   Status s = store->LoadOrCreateMeta(StoreOptions());
   if (!s.ok()) return s.WithContext(context);
   return std::unique_ptr<Store>(std::move(store));
 }
 
-Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, bool read_only) {
-  path_ = path;
-  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
+Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env,
+                             DbHandles* out) {
   rocksdb::DBOptions db_options = BaseDbOptions();
+  if (env) db_options.env = env;
   const auto cfs = ColumnFamilies();
   if (read_only) {
-    db_options.max_open_files = -1;  // required by secondary instances
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::OpenAsSecondary(db_options, path, secondary_dir_, cfs, &handles_, &db);
-    if (!s.ok()) return FromRocks(s, "open store " + path + " read-only", path);
-    db_ = db;
-  } else {
-    db_options.create_if_missing = options.create_if_missing;
-    db_options.create_missing_column_families = true;
-    rocksdb::OptimisticTransactionDB* db = nullptr;
-    rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, path, cfs, &handles_, &db);
-    if (!s.ok()) return FromRocks(s, "open store " + path, path);
-    txn_db_ = db;
-    db_ = db;
+    // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
+    // (reading a blob crashes on a null DB session id). A read-only instance
+    // sees the store as of its open; Refresh() reopens it.
+    rocksdb::Status s;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      rocksdb::DB* db = nullptr;
+      out->handles.clear();
+      s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &out->handles, &db,
+                                       /*error_if_wal_file_exists=*/false);
+      if (s.ok()) {
+        out->db = db;
+        return Status::OK();
+      }
+      // The writer may delete an obsolete WAL or table file while we list them.
+      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound()) break;
+    }
+    return FromRocks(s, "open store " + path + " read-only", path);
   }
+  db_options.create_if_missing = options.create_if_missing;
+  db_options.create_missing_column_families = true;
+  rocksdb::OptimisticTransactionDB* db = nullptr;
+  rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, path, cfs, &out->handles, &db);
+  if (!s.ok()) return FromRocks(s, "open store " + path, path);
+  out->txn_db = db;
+  out->db = db;
+  return Status::OK();
+}
+
+void RocksStore::CloseRocks(DbHandles* h) {
+  if (!h->db) return;
+  for (rocksdb::ColumnFamilyHandle* cf : h->handles) h->db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
+  h->db->Close().PermitUncheckedError();
+  delete h->db;
+  *h = DbHandles();
+}
+
+Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env) {
+  path_ = path;
+  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
+  DbHandles h;
+  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path, options, read_only, env, &h));
+  Adopt(h);
+  return Status::OK();
+}
+
+void RocksStore::Adopt(const DbHandles& h) {
+  txn_db_ = h.txn_db;
+  db_ = h.db;
+  handles_ = h.handles;
   meta_cf_ = handles_[1];
   snapshots_cf_ = handles_[2];
   tensors_cf_ = handles_[3];
   chunks_cf_ = handles_[4];
-  return Status::OK();
 }
 
 Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
@@ -202,20 +234,39 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
 
 RocksStore::~RocksStore() {
   if (pool_) pool_->join();
-  if (db_) {
-    for (rocksdb::ColumnFamilyHandle* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    db_->Close().PermitUncheckedError();
-    delete db_;
-  }
-  if (!secondary_dir_.empty()) {
-    std::error_code ec;
-    fs::remove_all(secondary_dir_, ec);
-  }
+  DbHandles h{txn_db_, db_, handles_};
+  CloseRocks(&h);
 }
 
 Status RocksStore::Refresh() {
   if (!read_only_) return Status::OK();
-  return FromRocks(db_->TryCatchUpWithPrimary(), "refresh store " + path_);
+  // Open the new view first: on failure the old one stays usable.
+  DbHandles fresh;
+  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path_, StoreOptions(), /*read_only=*/true, env_, &fresh));
+  std::unique_lock<std::shared_mutex> lock(db_mu_);
+  DbHandles old{txn_db_, db_, handles_};
+  Adopt(fresh);
+  lock.unlock();
+  CloseRocks(&old);
+  return Status::OK();
+}
+
+Status RocksStore::PrepareWrite() {
+  std::lock_guard<std::mutex> lock(resume_mu_);
+  if (!needs_resume_) return Status::OK();
+  // OptimisticTransactionDB is a StackableDB: resume the DB underneath.
+  rocksdb::Status s = db_->GetRootDB()->Resume();
+  if (!s.ok()) return FromRocks(s, "resume writes after an earlier failure");
+  needs_resume_ = false;
+  return Status::OK();
+}
+
+Status RocksStore::CheckWrite(const rocksdb::Status& s, std::string_view context) {
+  if (!s.ok() && !s.IsBusy() && !s.IsInvalidArgument()) {
+    std::lock_guard<std::mutex> lock(resume_mu_);
+    needs_resume_ = true;
+  }
+  return FromRocks(s, context);
 }
 
 Status RocksStore::CheckWritable(std::string_view what) const {
@@ -246,6 +297,11 @@ Result<std::vector<int64_t>> RocksStore::ListSteps() {
 }
 
 Result<std::vector<SnapshotInfo>> RocksStore::List() {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  return ListLocked();
+}
+
+Result<std::vector<SnapshotInfo>> RocksStore::ListLocked() {
   std::vector<SnapshotInfo> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -260,6 +316,7 @@ Result<std::vector<SnapshotInfo>> RocksStore::List() {
 }
 
 Result<std::optional<int64_t>> RocksStore::Latest() {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
   it->SeekToLast();
   if (!it->Valid()) {
@@ -272,6 +329,7 @@ Result<std::optional<int64_t>> RocksStore::Latest() {
 }
 
 Result<SnapshotInfo> RocksStore::Info(int64_t step) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(StepName(step));
   if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
@@ -279,6 +337,7 @@ Result<SnapshotInfo> RocksStore::Info(int64_t step) {
 }
 
 Result<std::string> RocksStore::Manifest(int64_t step) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(StepName(step));
   if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
@@ -286,6 +345,7 @@ Result<std::string> RocksStore::Manifest(int64_t step) {
 }
 
 Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   // Read the snapshot record and its tensors from one consistent view.
   const rocksdb::Snapshot* view = db_->GetSnapshot();
   std::unique_ptr<const rocksdb::Snapshot, std::function<void(const rocksdb::Snapshot*)>> release(
@@ -319,6 +379,7 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
 }
 
 Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::string_view role) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   const std::string name = StepName(step) + ": tensor param_id " + std::to_string(param_id) + " role " +
                            std::string(role);
   std::string value;
@@ -340,6 +401,7 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSli
 }
 
 Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   const std::string name = "read tensor param_id " + std::to_string(record.param_id) + " role " + record.role;
   if (dst_bytes != record.bytes) {
     return Status::InvalidArgument(name + ": destination has " + std::to_string(dst_bytes) + " bytes, tensor has " +
@@ -350,36 +412,22 @@ Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_
   if (total != record.bytes) return Status::InvalidArgument(name + ": chunk lengths do not add up to its bytes");
   if (record.bytes > 0 && dst == nullptr) return Status::InvalidArgument(name + ": null destination");
 
-  // Fetch a window of chunks at a time: bounded memory, and the pool decodes
-  // one window while nothing else is buffered.
-  const size_t window = static_cast<size_t>(std::max(1, threads_ * 2));
+  // One task per chunk: each reads (Get) and decodes its chunk, so at most
+  // `threads` chunks are in memory at once, and the reads overlap.
   std::vector<uint64_t> offsets(record.chunks.size());
   for (size_t i = 0, off = 0; i < record.chunks.size(); off += record.chunks[i].raw_bytes, ++i) offsets[i] = off;
   auto* out = static_cast<uint8_t*>(dst);
-  for (size_t begin = 0; begin < record.chunks.size(); begin += window) {
-    const size_t n = std::min(window, record.chunks.size() - begin);
-    std::vector<std::string> keys(n);
-    std::vector<rocksdb::Slice> key_slices(n);
-    for (size_t i = 0; i < n; ++i) {
-      keys[i] = EncodeChunkKey(record.chunks[begin + i].hash);
-      key_slices[i] = keys[i];
+  return ParallelFor(*pool_, record.chunks.size(), [&](size_t index) -> Status {
+    const ChunkRef& ref = record.chunks[index];
+    const std::string where = name + ": chunk " + std::to_string(index);
+    rocksdb::PinnableSlice value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
+    if (s.IsNotFound()) {
+      return Status::Corruption(where + " " + ref.hash.Hex() + ": referenced but missing from the store");
     }
-    std::vector<rocksdb::PinnableSlice> values(n);
-    std::vector<rocksdb::Status> statuses(n);
-    db_->MultiGet(rocksdb::ReadOptions(), chunks_cf_, n, key_slices.data(), values.data(), statuses.data());
-    Status s = ParallelFor(*pool_, n, [&](size_t i) -> Status {
-      const size_t index = begin + i;
-      const ChunkRef& ref = record.chunks[index];
-      const std::string where = name + ": chunk " + std::to_string(index);
-      if (statuses[i].IsNotFound()) {
-        return Status::Corruption(where + " " + ref.hash.Hex() + ": referenced but missing from the store");
-      }
-      if (!statuses[i].ok()) return FromRocks(statuses[i], where + " " + ref.hash.Hex());
-      return ReadChunkInto(ref, values[i], out + offsets[index]).WithContext(where);
-    });
-    TRAINSNAP_RETURN_IF_ERROR(s);
-  }
-  return Status::OK();
+    if (!s.ok()) return FromRocks(s, where + " " + ref.hash.Hex());
+    return ReadChunkInto(ref, value, out + offsets[index]).WithContext(where);
+  });
 }
 
 // --- writing -------------------------------------------------------------------
@@ -399,14 +447,16 @@ Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
 }
 
 Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
-  return FromRocks(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
+  return CheckWrite(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
 }
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
                                                 const std::string& manifest, bool replace_existing) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
   std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
   std::unique_ptr<rocksdb::Transaction> txn(txn_db_->BeginTransaction(wo));
@@ -437,7 +487,9 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   info.manifest_bytes = manifest.size();
   TRAINSNAP_RETURN_IF_ERROR(
       FromRocks(txn->Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(txn->Commit(), "commit transaction"));
+  TRAINSNAP_KILL_POINT(kKillBeforeCommit);
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(txn->Commit(), "commit transaction"));
+  TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   if (retention_.keep_last > 0) {
     // The snapshot is committed whatever happens here: a failed prune is
@@ -470,9 +522,10 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
     }
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records of " + StepName(step)));
   }
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
-  return FromRocks(db_->Write(wo, &batch), "delete snapshots");
+  return CheckWrite(db_->Write(wo, &batch), "delete snapshots");
 }
 
 Status RocksStore::Delete(int64_t step) {
@@ -531,9 +584,11 @@ Result<GcReport> RocksStore::EraseChunks(std::vector<ChunkHash> candidates, cons
       for (const ChunkHash& h : hashes) {
         TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunks_cf_, EncodeChunkKey(h)), "delete chunk"));
       }
-      return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "delete chunks");
+      TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
+      return CheckWrite(db_->Write(rocksdb::WriteOptions(), &batch), "delete chunks");
     });
     TRAINSNAP_RETURN_IF_ERROR(s);
+    TRAINSNAP_KILL_POINT(kKillGcMidway);
     for (const ChunkHash& h : batch_hashes) {
       report.chunks_deleted += 1;
       report.bytes_deleted += size_of[h];
@@ -626,6 +681,7 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
 // --- verification and statistics ------------------------------------------------
 
 Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   const std::string context = "verify " + path_;
   std::vector<int64_t> steps;
   if (step) {
@@ -711,9 +767,10 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
 }
 
 Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   const std::string context = "stats " + path_;
   StoreStats stats;
-  auto list = List();
+  auto list = ListLocked();
   if (!list.ok()) return list.status().WithContext(context);
   for (const SnapshotInfo& info : *list) {
     ++stats.snapshots;
@@ -764,7 +821,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreO
 }
 
 Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
-  return internal::RocksStore::OpenSecondary(path);
+  return internal::RocksStore::OpenReadOnlyInstance(path);
 }
 
 }  // namespace trainsnap

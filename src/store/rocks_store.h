@@ -1,5 +1,5 @@
 // RocksStore: the Store of include/trainsnap/store.h on a RocksDB
-// OptimisticTransactionDB (writable) or a secondary instance (read-only).
+// OptimisticTransactionDB (writable) or a read-only instance.
 // The on-disk layout is documented in docs/format.md.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -24,8 +25,11 @@ namespace trainsnap::internal {
 
 class RocksStore final : public Store {
  public:
-  static Result<std::unique_ptr<Store>> OpenWritable(const std::string& path, const StoreOptions& options);
-  static Result<std::unique_ptr<Store>> OpenSecondary(const std::string& path);
+  // `env` (not owned; null = RocksDB's default) lets tests inject file-system
+  // faults; it must outlive the store.
+  static Result<std::unique_ptr<Store>> OpenWritable(const std::string& path, const StoreOptions& options,
+                                                     rocksdb::Env* env = nullptr);
+  static Result<std::unique_ptr<Store>> OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env = nullptr);
   ~RocksStore() override;
 
   const std::string& path() const override { return path_; }
@@ -64,8 +68,23 @@ class RocksStore final : public Store {
                                       const std::string& manifest, bool replace_existing);
 
  private:
+  struct DbHandles {
+    rocksdb::OptimisticTransactionDB* txn_db = nullptr;  // writable only; same object as db
+    rocksdb::DB* db = nullptr;
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;  // default, meta, snapshots, tensors, chunks
+  };
+  static Status OpenRocks(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env,
+                          DbHandles* out);
+  static void CloseRocks(DbHandles* h);
+  void Adopt(const DbHandles& h);
+  Result<std::vector<SnapshotInfo>> ListLocked();
+
   RocksStore() = default;
-  Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only);
+  Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env);
+  // After a failed write RocksDB refuses further writes until Resume(); the
+  // next write calls it (and fails with its status while the disk is full).
+  Status PrepareWrite();
+  Status CheckWrite(const rocksdb::Status& s, std::string_view context);
   Status LoadOrCreateMeta(const StoreOptions& options);
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
@@ -92,7 +111,10 @@ class RocksStore final : public Store {
   bool sync_ = true;
   int threads_ = 1;
   RetentionPolicy retention_;
-  std::string secondary_dir_;  // removed on close
+  rocksdb::Env* env_ = nullptr;  // not owned; null = default
+  // Read-only stores swap the RocksDB instance on Refresh(): readers hold it
+  // shared, Refresh exclusive. Writable stores never swap it.
+  std::shared_mutex db_mu_;
 
   rocksdb::OptimisticTransactionDB* txn_db_ = nullptr;  // writable only; same object as db_
   rocksdb::DB* db_ = nullptr;                           // owned
@@ -106,6 +128,8 @@ class RocksStore final : public Store {
   ChunkRegistry registry_;
   // Serializes commits, deletes and garbage collection.
   std::mutex commit_mu_;
+  std::mutex resume_mu_;
+  bool needs_resume_ = false;  // guarded by resume_mu_
 };
 
 }  // namespace trainsnap::internal

@@ -5,6 +5,7 @@
 
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
+#include "store/kill_point.h"
 #include "store/parallel_for.h"
 #include "store/records.h"
 #include "store/rocks_store.h"
@@ -78,14 +79,12 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, size_t ele
   ref->stored_bytes = *stored;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& known = seen_[ref->hash];
-  if (known == 0) {
-    // Another thread of this writer may have raced us on the same chunk:
-    // count it once.
-    known = *stored;
-    if (is_new) {
-      ++new_chunks_;
-      new_bytes_ += *stored;
-    }
+  if (known == 0) known = *stored;
+  // Two threads of this writer may race on the same chunk (both write it, or
+  // one finds the other's write): count it once.
+  if (is_new && new_hashes_.insert(ref->hash).second) {
+    ++new_chunks_;
+    new_bytes_ += *stored;
   }
   return Status::OK();
 }
@@ -142,6 +141,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   const std::string context = "commit snapshot step " + std::to_string(step_);
   if (committed_) return Status::InvalidArgument(context + ": already committed");
   if (failed_) return Status::Aborted(context + ": an AddTensor failed: " + first_error_.ToString());
+  TRAINSNAP_KILL_POINT(kKillAfterChunks);
   SnapshotInfo info;
   info.step = step_;
   info.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

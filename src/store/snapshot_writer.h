@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::mutex mu_;  // guards everything below
   std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
+  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // written by this writer
   std::string manifest_;
   uint64_t new_chunks_ = 0;
   uint64_t new_bytes_ = 0;

@@ -4,62 +4,26 @@
 
 #include <cstring>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <random>
 #include <vector>
 
+#include "raw_db.h"
+#include "store.pb.h"
+#include "store/keys.h"
+#include "store_test_util.h"
 #include "temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap {
 namespace {
 
-using testing::TempDir;
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-TensorView View(uint64_t param_id, std::string role, const std::vector<float>& data) {
-  TensorView v;
-  v.param_id = param_id;
-  v.role = std::move(role);
-  v.dtype = DType::kFloat32;
-  v.shape = {static_cast<int64_t>(data.size())};
-  v.data = data.data();
-  v.size_bytes = data.size() * sizeof(float);
-  return v;
-}
-
-StoreOptions SmallChunks() {
-  StoreOptions o;
-  o.chunk_bytes = 4096;  // several chunks per test tensor
-  o.sync = false;
-  o.threads = 2;
-  return o;
-}
-
-Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step,
-                                   const std::vector<std::pair<uint64_t, const std::vector<float>*>>& tensors,
-                                   std::string manifest = "m", SnapshotOptions options = {}) {
-  TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step, options));
-  for (const auto& [id, data] : tensors) TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(View(id, "param", *data)));
-  writer->SetManifest(std::move(manifest));
-  return writer->Commit();
-}
-
-std::vector<float> ReadFloats(Store& store, int64_t step, uint64_t param_id, const std::string& role = "param") {
-  auto record = store.Tensor(step, param_id, role);
-  EXPECT_TRUE(record.ok()) << record.status().ToString();
-  if (!record.ok()) return {};
-  std::vector<float> out(record->bytes / sizeof(float));
-  Status s = store.ReadTensor(*record, out.data(), record->bytes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return out;
-}
+using namespace trainsnap::testing;
 
 TEST(RocksStoreTest, WriteThenReadBitExact) {
   TempDir dir;
@@ -170,76 +134,6 @@ TEST(RocksStoreTest, CommitExistingStepNeedsReplace) {
   EXPECT_EQ((*store)->Manifest(1).value(), "new");
 }
 
-TEST(RocksStoreTest, AddTensorValidates) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
-  auto writer = (*store)->BeginSnapshot(1);
-  ASSERT_TRUE(writer.ok());
-  auto a = RandomFloats(4, 7);
-  TensorView v = View(1, "param", a);
-  v.size_bytes = 12;
-  EXPECT_EQ((*writer)->AddTensor(v).code(), StatusCode::kInvalidArgument);
-  v = View(1, "param", a);
-  v.dtype = DType::kUnknown;
-  EXPECT_EQ((*writer)->AddTensor(v).code(), StatusCode::kInvalidArgument);
-  v = View(1, "param", a);
-  v.shape = {-1, -4};
-  EXPECT_EQ((*writer)->AddTensor(v).code(), StatusCode::kInvalidArgument);
-  v = View(1, "", a);
-  EXPECT_EQ((*writer)->AddTensor(v).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE((*writer)->AddTensor(View(1, "param", a)).ok());
-  Status dup = (*writer)->AddTensor(View(1, "param", a));
-  EXPECT_EQ(dup.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(dup.message().find("added twice"), std::string::npos) << dup.message();
-  ASSERT_TRUE((*writer)->AddTensor(View(1, "exp_avg", a)).ok());
-  auto info = (*writer)->Commit();
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->tensors, 2u);
-  EXPECT_EQ((*writer)->Commit().status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST(RocksStoreTest, EmptyTensorsAndManifest) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
-  auto writer = (*store)->BeginSnapshot(1);
-  ASSERT_TRUE(writer.ok());
-  TensorView empty;
-  empty.param_id = 9;
-  empty.role = "grad";
-  empty.dtype = DType::kBFloat16;
-  empty.shape = {0, 7};
-  ASSERT_TRUE((*writer)->AddTensor(empty).ok());
-  TensorView scalar;
-  int64_t value = -42;
-  scalar.param_id = 9;
-  scalar.role = "step";
-  scalar.dtype = DType::kInt64;
-  scalar.shape = {};
-  scalar.data = &value;
-  scalar.size_bytes = 8;
-  ASSERT_TRUE((*writer)->AddTensor(scalar).ok());
-  auto info = (*writer)->Commit();
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->manifest_bytes, 0u);
-  EXPECT_EQ(info->chunks, 1u);
-  auto record = (*store)->Tensor(1, 9, "grad");
-  ASSERT_TRUE(record.ok());
-  EXPECT_EQ(record->bytes, 0u);
-  EXPECT_EQ(record->shape, (std::vector<int64_t>{0, 7}));
-  EXPECT_TRUE(record->chunks.empty());
-  EXPECT_TRUE((*store)->ReadTensor(*record, nullptr, 0).ok());
-  auto s = (*store)->Tensor(1, 9, "step");
-  ASSERT_TRUE(s.ok());
-  EXPECT_TRUE(s->shape.empty());
-  int64_t back = 0;
-  ASSERT_TRUE((*store)->ReadTensor(*s, &back, 8).ok());
-  EXPECT_EQ(back, -42);
-  EXPECT_EQ((*store)->ReadTensor(*s, &back, 4).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ((*store)->Manifest(1).value(), "");
-}
-
 TEST(RocksStoreTest, NotFoundErrors) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
@@ -276,26 +170,468 @@ TEST(RocksStoreTest, DeleteHidesSnapshotAndKeepsOthers) {
   EXPECT_EQ(ReadFloats(**store, 2, 1), b);
 }
 
-TEST(RocksStoreTest, ConcurrentAddTensor) {
+std::vector<int64_t> Steps(Store& store) {
+  auto list = store.List();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  std::vector<int64_t> steps;
+  if (list.ok()) {
+    for (const auto& i : *list) steps.push_back(i.step);
+  }
+  return steps;
+}
+
+uint64_t StoredBytes(const TensorRecord& r) {
+  uint64_t sum = 0;
+  for (const auto& c : r.chunks) sum += c.stored_bytes;
+  return sum;
+}
+
+TEST(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto a = RandomFloats(3000, 11);  // 3 chunks, shared by both snapshots
+  auto b = RandomFloats(5000, 12);  // 5 chunks, only in step 1
+  auto c = RandomFloats(1000, 13);  // 1 chunk, only in step 2
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}, {2, &b}}).ok());
+  ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &a}, {3, &c}}).ok());
+  auto b_record = (*store)->Tensor(1, 2, "param");
+  ASSERT_TRUE(b_record.ok());
+
+  auto nothing = (*store)->CollectGarbage();
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_EQ(nothing->chunks_scanned, 9u);
+  EXPECT_EQ(nothing->chunks_deleted, 0u);
+  EXPECT_EQ(nothing->chunks_live, 9u);
+
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  auto before = (*store)->Stats();
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->collectable_chunks, 5u);
+  EXPECT_EQ(before->collectable_bytes, StoredBytes(*b_record));
+
+  std::vector<std::pair<uint64_t, uint64_t>> progress;
+  auto gc = (*store)->CollectGarbage([&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); });
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_scanned, 9u);
+  EXPECT_EQ(gc->chunks_deleted, 5u);
+  EXPECT_EQ(gc->bytes_deleted, StoredBytes(*b_record));
+  EXPECT_EQ(gc->chunks_live, 4u);
+  ASSERT_EQ(progress.size(), 9u);
+  EXPECT_EQ(progress.back().first, 9u);
+
+  auto after = (*store)->Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->chunks, 4u);
+  EXPECT_EQ(after->collectable_chunks, 0u);
+  EXPECT_EQ(after->chunk_stored_bytes, before->chunk_stored_bytes - StoredBytes(*b_record));
+  EXPECT_EQ(ReadFloats(**store, 2, 1), a);
+  EXPECT_EQ(ReadFloats(**store, 2, 3), c);
+  // The deleted tensor's chunks are gone for real.
+  std::vector<float> out(b.size());
+  EXPECT_EQ((*store)->ReadTensor(*b_record, out.data(), b.size() * 4).code(), StatusCode::kCorruption);
+}
+
+TEST(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto a = RandomFloats(2000, 14);
+  auto d = RandomFloats(2000, 15);
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+
+  auto writer = (*store)->BeginSnapshot(2);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->AddTensor(View(1, "param", a)).ok());  // dedups against step 1
+  ASSERT_TRUE((*writer)->AddTensor(View(2, "param", d)).ok());  // new, uncommitted
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  EXPECT_EQ(gc->chunks_scanned, 4u);
+  EXPECT_EQ(gc->chunks_deleted, 0u);  // every chunk is pinned by the writer
+  ASSERT_TRUE((*writer)->Commit().ok());
+  writer->reset();
+  EXPECT_EQ(ReadFloats(**store, 2, 1), a);
+  EXPECT_EQ(ReadFloats(**store, 2, 2), d);
+
+  // An abandoned writer's chunks become garbage once it is gone.
+  auto e = RandomFloats(3000, 16);
+  auto abandoned = (*store)->BeginSnapshot(3);
+  ASSERT_TRUE(abandoned.ok());
+  ASSERT_TRUE((*abandoned)->AddTensor(View(1, "param", e)).ok());
+  abandoned->reset();
+  EXPECT_EQ((*store)->Info(3).status().code(), StatusCode::kNotFound);
+  gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  EXPECT_EQ(gc->chunks_scanned, 7u);
+  EXPECT_EQ(gc->chunks_deleted, 3u);
+}
+
+TEST(RocksStoreTest, RollbackDeletesLaterSnapshots) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(store.ok());
   std::vector<std::vector<float>> data;
-  for (int i = 0; i < 8; ++i) data.push_back(RandomFloats(3000, 100 + i % 4));  // pairs share content
-  auto writer = (*store)->BeginSnapshot(1);
-  ASSERT_TRUE(writer.ok());
-  std::vector<std::thread> threads;
-  std::vector<Status> results(data.size());
-  for (size_t i = 0; i < data.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = (*writer)->AddTensor(View(i, "param", data[i])); });
+  for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 20 + i));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{7, &data[i]}}).ok());
+  EXPECT_EQ((*store)->Rollback(10).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  ASSERT_TRUE((*store)->Rollback(3).ok());
+  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ((*store)->Latest().value(), std::optional<int64_t>(3));
+  EXPECT_EQ((*store)->Tensor(4, 7, "param").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*store)->Rollback(3).ok());  // nothing later: no-op
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  EXPECT_EQ(gc->chunks_deleted, 2u);
+  EXPECT_EQ(ReadFloats(**store, 3, 7), data[2]);
+  // Training continues from step 3: step 4 can be written again.
+  ASSERT_TRUE(WriteSnapshot(**store, 4, {{7, &data[0]}}).ok());
+  EXPECT_EQ(ReadFloats(**store, 4, 7), data[0]);
+}
+
+TEST(RocksStoreTest, ReopenKeepsEverything) {
+  TempDir dir;
+  auto a = RandomFloats(300000, 30);  // 1.2 MB: two chunks of the default 1 MiB
+  auto b = RandomFloats(10, 31);
+  std::vector<SnapshotInfo> infos;
+  {
+    StoreOptions o;
+    o.sync = false;
+    auto store = Store::Open(dir.Sub("s"), o);
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->chunk_bytes(), size_t{1} << 20);
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}, {2, &b}}, "one").ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}, "two").ok());
+    infos = (*store)->List().value();
   }
-  for (auto& t : threads) t.join();
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
-  auto info = (*writer)->Commit();
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->chunks, 8u * 3u);
-  EXPECT_EQ(info->new_chunks, 4u * 3u);  // 4 distinct contents of 3 chunks each
-  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(ReadFloats(**store, 1, i), data[i]);
+  auto store = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->chunk_bytes(), size_t{1} << 20);
+  auto again = (*store)->List();
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*again)[i].step, infos[i].step);
+    EXPECT_EQ((*again)[i].created_unix_ms, infos[i].created_unix_ms);
+    EXPECT_EQ((*again)[i].stored_bytes, infos[i].stored_bytes);
+    EXPECT_EQ((*again)[i].new_bytes, infos[i].new_bytes);
+    EXPECT_EQ((*again)[i].manifest_bytes, infos[i].manifest_bytes);
+  }
+  EXPECT_EQ(ReadFloats(**store, 1, 1), a);
+  EXPECT_EQ(ReadFloats(**store, 1, 2), b);
+  EXPECT_EQ((*store)->Manifest(2).value(), "two");
+  // Dedup works against chunks written before the reopen.
+  auto third = WriteSnapshot(**store, 3, {{1, &a}});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->new_chunks, 0u);
+  EXPECT_EQ(third->stored_bytes, (*again)[0].stored_bytes - (*again)[1].stored_bytes);
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->snapshots, 3u);
+  EXPECT_EQ(stats->chunks, 3u);
+  EXPECT_EQ(stats->chunk_raw_bytes, a.size() * 4 + b.size() * 4);
+  EXPECT_EQ(stats->chunk_stored_bytes, infos[0].new_bytes);
+  EXPECT_EQ(stats->logical_bytes, 2 * a.size() * 4 + 2 * b.size() * 4);
+  EXPECT_EQ(stats->referenced_bytes, infos[0].stored_bytes + infos[1].stored_bytes + third->stored_bytes);
+  // Reopening flushed the recovered memtable: the large chunks are in blob files.
+  EXPECT_GE(stats->blob_bytes, infos[0].new_bytes - (16 + 40));  // all but b's 56-byte raw chunk
+  EXPECT_GT(stats->sst_bytes, 0u);
+}
+
+TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir.Sub("s"), SmallChunks());
+    ASSERT_TRUE(store.ok());
+  }
+  StoreOptions other = SmallChunks();
+  other.chunk_bytes = 8192;
+  auto mismatch = Store::Open(dir.Sub("s"), other);
+  EXPECT_EQ(mismatch.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("chunk_bytes 8192 differs from the store's fixed chunk_bytes 4096"),
+            std::string::npos)
+      << mismatch.status().message();
+  {
+    RawDb raw(dir.Sub("s"));
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string value;
+    ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
+    proto::StoreMeta meta;
+    ASSERT_TRUE(meta.ParseFromString(value));
+    EXPECT_EQ(meta.format_version(), 1u);
+    EXPECT_EQ(meta.chunk_bytes(), 4096u);
+    EXPECT_EQ(meta.hash(), "xxh3-128");
+    meta.set_format_version(99);
+    ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
+  }
+  auto future = Store::Open(dir.Sub("s"));
+  EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(future.status().message().find("store format version 99 is not supported"), std::string::npos)
+      << future.status().message();
+  EXPECT_NE(future.status().message().find(dir.Sub("s")), std::string::npos);
+  EXPECT_EQ(Store::OpenReadOnly(dir.Sub("s")).status().code(), StatusCode::kNotSupported);
+}
+
+TEST(RocksStoreTest, SecondWriterInProcessIsBusy) {
+  TempDir dir;
+  auto first = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(first.ok());
+  auto second = Store::Open(dir.Sub("s"), SmallChunks());
+  EXPECT_EQ(second.status().code(), StatusCode::kBusy);
+  EXPECT_NE(second.status().message().find(dir.Sub("s")), std::string::npos) << second.status().message();
+}
+
+// Exit codes of the child below; 0 = every check passed.
+enum ChildExit { kChildOk = 0, kChildNotBusy = 10, kChildReadOnlyFailed = 11, kChildWrongSnapshots = 12 };
+
+TEST(RocksStoreTest, SecondWriterProcessIsBusyAndReadersSeeCommits) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  // Fork before opening: a child of a process holding the store inherits its lock state.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(ready[1]);
+    char byte;
+    if (read(ready[0], &byte, 1) != 1) _exit(2);
+    auto writer = Store::Open(path, SmallChunks());
+    if (writer.ok() || writer.status().code() != StatusCode::kBusy ||
+        writer.status().message().find(path) == std::string::npos) {
+      _exit(kChildNotBusy);
+    }
+    auto reader = Store::OpenReadOnly(path);
+    if (!reader.ok()) _exit(kChildReadOnlyFailed);
+    auto list = (*reader)->List();
+    if (!list.ok() || list->size() != 1 || (*list)[0].step != 5) _exit(kChildWrongSnapshots);
+    _exit(kChildOk);
+  }
+  close(ready[0]);
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    auto a = RandomFloats(100, 40);
+    ASSERT_TRUE(WriteSnapshot(**store, 5, {{1, &a}}).ok());
+    ASSERT_EQ(write(ready[1], "x", 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), kChildOk);
+  }
+  close(ready[1]);
+}
+
+TEST(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto writer_store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(writer_store.ok());
+  auto a = RandomFloats(3000, 50);
+  auto b = RandomFloats(3000, 51);
+  ASSERT_TRUE(WriteSnapshot(**writer_store, 1, {{1, &a}}).ok());
+
+  auto reader = Store::OpenReadOnly(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE((*reader)->read_only());
+  EXPECT_EQ((*reader)->chunk_bytes(), 4096u);
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1}));
+
+  auto writer = (*writer_store)->BeginSnapshot(2);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->AddTensor(View(1, "param", b)).ok());  // chunks written, not committed
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1}));
+  EXPECT_EQ((*reader)->Info(2).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*writer)->Commit().ok());
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1}));  // not refreshed yet
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ReadFloats(**reader, 2, 1), b);
+  EXPECT_EQ(ReadFloats(**reader, 1, 1), a);
+  auto verify = (*reader)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
+  EXPECT_EQ(verify->chunks, 6u);
+  EXPECT_EQ(verify->bytes, 24000u);
+
+  EXPECT_EQ((*reader)->BeginSnapshot(3).status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*reader)->Delete(1).code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*reader)->Rollback(1).code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*reader)->CollectGarbage().status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ((*reader)->Prune({1, 0}).status().code(), StatusCode::kNotSupported);
+}
+
+TEST(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto a = RandomFloats(3000, 60);  // 12000 bytes: chunks of 4096, 4096, 3808
+  auto b = RandomFloats(3000, 61);
+  TensorRecord victim;
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}).ok());
+    victim = (*store)->Tensor(1, 1, "param").value();
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    // A byte in the middle of chunk 1's payload (past the 16-byte header).
+    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(victim.chunks[1].hash), 100);
+  }
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto report = (*store)->Verify();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->snapshots, 2u);
+  EXPECT_EQ(report->tensors, 2u);
+  EXPECT_EQ(report->chunks, 6u);
+  EXPECT_EQ(report->bytes, 24000u - 4096u);  // every chunk but the damaged one
+  ASSERT_EQ(report->problems.size(), 1u);
+  const VerifyProblem& p = report->problems[0];
+  EXPECT_EQ(p.step, 1);
+  EXPECT_EQ(p.param_id, 1u);
+  EXPECT_EQ(p.role, "param");
+  EXPECT_EQ(p.chunk_index, 1);
+  EXPECT_EQ(p.hash, victim.chunks[1].hash);
+  EXPECT_EQ(p.status.code(), StatusCode::kCorruption);
+  EXPECT_NE(p.status.message().find(victim.chunks[1].hash.Hex()), std::string::npos) << p.status.message();
+  EXPECT_NE(p.status.message().find("step 1: tensor param_id 1 role param: chunk 1"), std::string::npos)
+      << p.status.message();
+
+  auto only_two = (*store)->Verify(2);
+  ASSERT_TRUE(only_two.ok());
+  EXPECT_TRUE(only_two->ok());
+  EXPECT_EQ(only_two->snapshots, 1u);
+  EXPECT_EQ((*store)->Verify(3).status().code(), StatusCode::kNotFound);
+
+  std::vector<float> out(a.size());
+  Status read = (*store)->ReadTensor(victim, out.data(), a.size() * 4);
+  EXPECT_EQ(read.code(), StatusCode::kCorruption);
+  EXPECT_NE(read.message().find(victim.chunks[1].hash.Hex()), std::string::npos) << read.message();
+  EXPECT_EQ(ReadFloats(**store, 2, 1), b);
+}
+
+TEST(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<uint8_t> noise(10000);
+  std::mt19937 rng(70);
+  for (auto& x : noise) x = static_cast<uint8_t>(rng());
+  TensorRecord record;
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    auto writer = (*store)->BeginSnapshot(1);
+    ASSERT_TRUE(writer.ok());
+    TensorView v;
+    v.param_id = 3;
+    v.role = "buffer";
+    v.dtype = DType::kUInt8;
+    v.shape = {10000};
+    v.data = noise.data();
+    v.size_bytes = noise.size();
+    ASSERT_TRUE((*writer)->AddTensor(v).ok());
+    auto info = (*writer)->Commit();
+    ASSERT_TRUE(info.ok());
+    // Incompressible: stored raw, 16-byte header + payload per chunk.
+    EXPECT_EQ(info->stored_bytes, 10000u + 3 * 16u);
+    record = (*store)->Tensor(1, 3, "buffer").value();
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok());
+    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(record.chunks[2].hash), 16 + 5);
+  }
+  auto store = Store::OpenReadOnly(path);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint8_t> out(noise.size());
+  Status read = (*store)->ReadTensor(record, out.data(), out.size());
+  EXPECT_EQ(read.code(), StatusCode::kCorruption);
+  EXPECT_NE(read.message().find("chunk " + record.chunks[2].hash.Hex() + ": hash mismatch"), std::string::npos)
+      << read.message();
+}
+
+TEST(RocksStoreTest, MissingChunkIsReported) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto a = RandomFloats(2000, 80);
+  TensorRecord record;
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 4, {{2, &a}}).ok());
+    record = (*store)->Tensor(4, 2, "param").value();
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(
+        raw.db()->Delete(rocksdb::WriteOptions(), raw.chunks(), internal::EncodeChunkKey(record.chunks[0].hash)).ok());
+  }
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto report = (*store)->Verify();
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(report->problems[0].chunk_index, 0);
+  EXPECT_EQ(report->problems[0].step, 4);
+  std::vector<float> out(a.size());
+  EXPECT_EQ((*store)->ReadTensor(record, out.data(), a.size() * 4).code(), StatusCode::kCorruption);
+}
+
+TEST(RocksStoreTest, PruneKeepsLastAndEvery) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  std::vector<std::vector<float>> data;
+  for (int i = 0; i < 10; ++i) data.push_back(RandomFloats(1000, 90 + i));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &data[i]}}).ok());
+  auto none = (*store)->Prune({0, 0});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->deleted_steps.empty());
+  EXPECT_EQ(Steps(**store).size(), 10u);
+  auto report = (*store)->Prune({3, 4});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->deleted_steps, (std::vector<int64_t>{1, 2, 3, 5, 6, 7}));
+  EXPECT_EQ(report->gc.chunks_deleted, 6u);
+  EXPECT_EQ(report->gc.chunks_live, 4u);
+  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{4, 8, 9, 10}));
+  EXPECT_EQ(ReadFloats(**store, 4, 1), data[3]);
+  EXPECT_EQ((*store)->Prune({-1, 0}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RocksStoreTest, RetentionAppliesAfterEveryCommit) {
+  TempDir dir;
+  StoreOptions o = SmallChunks();
+  o.retention.keep_last = 2;
+  auto store = Store::Open(dir.Sub("s"), o);
+  ASSERT_TRUE(store.ok());
+  auto shared = RandomFloats(1000, 100);
+  std::vector<std::vector<float>> data;
+  for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 101 + i));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &data[i]}, {2, &shared}}).ok());
+  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{4, 5}));
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->chunks, 3u);  // data[3], data[4], shared
+  EXPECT_EQ(stats->collectable_chunks, 0u);
+  EXPECT_EQ(ReadFloats(**store, 4, 2), shared);
+  EXPECT_EQ(ReadFloats(**store, 5, 1), data[4]);
+}
+
+TEST(RocksStoreTest, RejectsBadOptions) {
+  TempDir dir;
+  StoreOptions o;
+  o.zstd_level = 42;
+  EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  o = StoreOptions();
+  o.threads = -1;
+  EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

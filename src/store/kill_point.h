@@ -1,0 +1,37 @@
+// Kill points: named places in the commit path where a crash test can make
+// the process SIGKILL itself, to test recovery at exactly that moment.
+// Compiled in only when the build defines TRAINSNAP_KILL_POINTS (CMake option
+// of the same name, on by default in builds with tests); otherwise
+// TRAINSNAP_KILL_POINT expands to nothing and costs nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#if defined(TRAINSNAP_KILL_POINTS)
+#define TRAINSNAP_KILL_POINT(name) ::trainsnap::internal::MaybeKill(name)
+#else
+#define TRAINSNAP_KILL_POINT(name) ((void)0)
+#endif
+
+namespace trainsnap::internal {
+
+// The kill points of the store's commit path, in the order a capture meets them.
+inline constexpr char kKillAfterChunks[] = "store.after_chunks";    // chunks written, records not yet
+inline constexpr char kKillBeforeCommit[] = "store.before_commit";  // transaction built, not committed
+inline constexpr char kKillAfterCommit[] = "store.after_commit";    // committed, caller not yet told
+inline constexpr char kKillGcMidway[] = "store.gc_midway";          // some orphan chunks deleted, not all
+
+// True when this build has kill points compiled in.
+bool KillPointsCompiled();
+
+// Arms `name`: its `nth` hit (1-based) from now raises SIGKILL. Replaces any
+// earlier arming. Also armed at the first hit of any kill point from the
+// environment: TRAINSNAP_KILL_POINT=<name>[:<nth>]. Thread-safe.
+void ArmKillPoint(const std::string& name, uint64_t nth = 1);
+void DisarmKillPoints();
+
+// Called by TRAINSNAP_KILL_POINT; returns unless this is the armed hit.
+void MaybeKill(const char* name);
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,52 @@
+// Opens a store's RocksDB directly (the store must be closed), so that tests
+// can damage or rewrite what the store wrote.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+namespace trainsnap::testing {
+
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    rocksdb::ColumnFamilyOptions chunks;
+    chunks.enable_blob_files = true;
+    chunks.min_blob_size = 4096;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"meta", {}}, {"snapshots", {}}, {"tensors", {}}, {"chunks", chunks}};
+    rocksdb::DB* db = nullptr;
+    status_ = rocksdb::DB::Open(rocksdb::DBOptions(), path, cfs, &handles_, &db);
+    db_.reset(db);
+  }
+  ~RawDb() {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  }
+  bool ok() const { return status_.ok(); }
+  std::string error() const { return status_.ToString(); }
+  rocksdb::DB* db() { return db_.get(); }
+  rocksdb::ColumnFamilyHandle* meta() { return handles_[1]; }
+  rocksdb::ColumnFamilyHandle* snapshots() { return handles_[2]; }
+  rocksdb::ColumnFamilyHandle* tensors() { return handles_[3]; }
+  rocksdb::ColumnFamilyHandle* chunks() { return handles_[4]; }
+
+  // XORs byte `offset` of the value stored under `key` in `cf` with 0x01.
+  void FlipByte(rocksdb::ColumnFamilyHandle* cf, const std::string& key, size_t offset) {
+    std::string value;
+    ASSERT_TRUE(db_->Get(rocksdb::ReadOptions(), cf, key, &value).ok());
+    ASSERT_LT(offset, value.size());
+    value[offset] = static_cast<char>(value[offset] ^ 0x01);
+    ASSERT_TRUE(db_->Put(rocksdb::WriteOptions(), cf, key, value).ok());
+  }
+
+ private:
+  rocksdb::Status status_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+}  // namespace trainsnap::testing
