@@ -1,0 +1,215 @@
+#include "store/chunk_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace trainsnap::internal {
+namespace {
+
+std::vector<uint8_t> Noise(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Slowly growing values of `width` bytes each: compressible at every width.
+std::vector<uint8_t> Smooth(size_t n_elements, size_t width, uint32_t seed) {
+  std::vector<uint8_t> v(n_elements * width);
+  for (size_t i = 0; i < n_elements; ++i) {
+    for (size_t b = 0; b < width; ++b) v[i * width + b] = static_cast<uint8_t>(b == 0 ? (i / 32 + seed) : b);
+  }
+  return v;
+}
+
+// float32-like: one random low byte, three constant high bytes. Shuffling
+// gathers the constant bytes into planes that Zstd compresses to nothing.
+std::vector<uint8_t> RandomLowByte(size_t n_elements, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n_elements * 4);
+  for (size_t i = 0; i < n_elements; ++i) {
+    v[i * 4] = static_cast<uint8_t>(rng());
+    v[i * 4 + 1] = 0x00;
+    v[i * 4 + 2] = 0x80;
+    v[i * 4 + 3] = 0x3f;
+  }
+  return v;
+}
+
+ChunkHeader Header(const std::string& encoded) {
+  auto h = ParseChunkHeader(encoded);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  return h.ok() ? *h : ChunkHeader();
+}
+
+std::vector<uint8_t> Decode(const std::string& encoded, size_t size) {
+  std::vector<uint8_t> out(size);
+  Status s = DecodeChunk(encoded, out.data(), size);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return out;
+}
+
+TEST(ChunkCodecTest, ShuffleIsAByteTranspose) {
+  const std::vector<uint8_t> in = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // 2 float32 + 3 trailing bytes
+  std::vector<uint8_t> out(in.size()), back(in.size());
+  ShuffleBytes(in.data(), in.size(), 4, out.data());
+  EXPECT_EQ(out, (std::vector<uint8_t>{1, 5, 2, 6, 3, 7, 4, 8, 9, 10, 11}));
+  UnshuffleBytes(out.data(), out.size(), 4, back.data());
+  EXPECT_EQ(back, in);
+  ShuffleBytes(in.data(), in.size(), 1, out.data());
+  EXPECT_EQ(out, in);
+}
+
+class ChunkCodecWidthTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ChunkCodecWidthTest, RoundTripsCompressibleAndIncompressible) {
+  const size_t width = GetParam();
+  // 1000 elements plus sizes that are not a multiple of anything in particular.
+  for (size_t n : {size_t{1}, size_t{3}, size_t{1000}, size_t{4099}}) {
+    auto smooth = Smooth(n, width, static_cast<uint32_t>(n));
+    ChunkEncodeOptions o;
+    o.element_size = width;
+    std::string encoded;
+    ASSERT_TRUE(EncodeChunk(smooth.data(), smooth.size(), o, &encoded).ok());
+    EXPECT_EQ(Decode(encoded, smooth.size()), smooth) << "width " << width << " n " << n;
+    ChunkHeader h = Header(encoded);
+    EXPECT_EQ(h.raw_bytes, smooth.size());
+    EXPECT_EQ(h.element_size, width);
+    if (n >= 1000) {
+      EXPECT_EQ(h.codec, ChunkCodec::kZstd);
+      EXPECT_EQ(h.filter, width > 1 ? ChunkFilter::kShuffle : ChunkFilter::kNone);
+      EXPECT_LT(encoded.size(), smooth.size() / 2);
+    }
+
+    auto noise = Noise(n * width, static_cast<uint32_t>(n + 1));
+    ASSERT_TRUE(EncodeChunk(noise.data(), noise.size(), o, &encoded).ok());
+    EXPECT_EQ(Decode(encoded, noise.size()), noise);
+    // Incompressible: stored raw, exactly header + bytes.
+    EXPECT_EQ(Header(encoded).codec, ChunkCodec::kRaw);
+    EXPECT_EQ(Header(encoded).filter, ChunkFilter::kNone);
+    EXPECT_EQ(encoded.size(), kChunkHeaderBytes + noise.size());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ElementWidths, ChunkCodecWidthTest, ::testing::Values(1, 2, 4, 8, 16));
+
+TEST(ChunkCodecTest, ShuffleOffAndOnGiveTheSameBytesBack) {
+  auto data = RandomLowByte(5000, 7);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  o.shuffle = false;
+  std::string plain, shuffled;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &plain).ok());
+  EXPECT_EQ(Header(plain).filter, ChunkFilter::kNone);
+  o.shuffle = true;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &shuffled).ok());
+  EXPECT_EQ(Header(shuffled).filter, ChunkFilter::kShuffle);
+  // The point of the filter: the three constant planes vanish.
+  EXPECT_LT(shuffled.size(), plain.size());
+  EXPECT_LT(shuffled.size(), data.size() / 4 + 200);
+  EXPECT_EQ(Decode(plain, data.size()), data);
+  EXPECT_EQ(Decode(shuffled, data.size()), data);
+}
+
+TEST(ChunkCodecTest, EmptyChunk) {
+  std::string encoded;
+  ASSERT_TRUE(EncodeChunk(nullptr, 0, {}, &encoded).ok());
+  EXPECT_EQ(encoded.size(), kChunkHeaderBytes);
+  EXPECT_TRUE(DecodeChunk(encoded, nullptr, 0).ok());
+}
+
+TEST(ChunkCodecTest, HeaderBytesAreAsDocumented) {
+  auto data = Smooth(1000, 2, 3);
+  ChunkEncodeOptions o;
+  o.element_size = 2;
+  std::string encoded;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &encoded).ok());
+  const auto* p = reinterpret_cast<const uint8_t*>(encoded.data());
+  EXPECT_EQ(p[0], 0xC7);  // magic
+  EXPECT_EQ(p[1], 1);     // version
+  EXPECT_EQ(p[2], 1);     // zstd
+  EXPECT_EQ(p[3], 1);     // shuffle
+  EXPECT_EQ(p[4], 2);     // element size
+  EXPECT_EQ(p[5] | p[6] | p[7], 0);
+  EXPECT_EQ(p[8], 2000 & 0xff);  // raw length, little-endian
+  EXPECT_EQ(p[9], 2000 >> 8);
+  for (int i = 10; i < 16; ++i) EXPECT_EQ(p[i], 0);
+}
+
+TEST(ChunkCodecTest, RejectsBadOptions) {
+  uint8_t byte = 0;
+  std::string encoded;
+  ChunkEncodeOptions o;
+  o.element_size = 0;
+  EXPECT_EQ(EncodeChunk(&byte, 1, o, &encoded).code(), StatusCode::kInvalidArgument);
+  o.element_size = 17;
+  EXPECT_EQ(EncodeChunk(&byte, 1, o, &encoded).code(), StatusCode::kInvalidArgument);
+  o.element_size = 1;
+  o.zstd_level = 1000;
+  EXPECT_EQ(EncodeChunk(&byte, 1, o, &encoded).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkCodecTest, DecodeValidatesStrictly) {
+  auto data = Smooth(2000, 4, 9);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string good;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &good).ok());
+  ASSERT_EQ(Header(good).codec, ChunkCodec::kZstd);
+  std::vector<uint8_t> out(data.size());
+  auto expect_corrupt = [&](std::string bad, size_t size, const std::string& needle) {
+    std::vector<uint8_t> dst(size);
+    Status s = DecodeChunk(bad, dst.data(), size);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  std::string bad = good;
+  bad[0] = 0x00;
+  expect_corrupt(bad, data.size(), "bad magic");
+  bad = good;
+  bad[1] = 2;
+  expect_corrupt(bad, data.size(), "unknown format version 2");
+  bad = good;
+  bad[2] = 7;
+  expect_corrupt(bad, data.size(), "unknown codec 7");
+  bad = good;
+  bad[3] = 2;  // reserved for xor-delta
+  expect_corrupt(bad, data.size(), "unknown filter 2");
+  bad = good;
+  bad[4] = 0;
+  expect_corrupt(bad, data.size(), "bad element size 0");
+  bad = good;
+  bad[6] = 1;
+  expect_corrupt(bad, data.size(), "reserved bytes");
+  expect_corrupt(good.substr(0, 10), data.size(), "shorter than its 16-byte header");
+  expect_corrupt(good, data.size() - 4, "differs from the expected");
+  bad = good;
+  bad[8] = static_cast<char>(bad[8] + 4);  // header claims 4 more bytes than the frame holds
+  expect_corrupt(bad, data.size() + 4, "zstd");
+  bad = good;
+  bad.resize(bad.size() - 3);  // truncated frame
+  expect_corrupt(bad, data.size(), "zstd");
+  bad = good;
+  bad[30] = static_cast<char>(bad[30] ^ 0x40);  // damaged payload: zstd error or different bytes
+  std::vector<uint8_t> dst(data.size());
+  Status s = DecodeChunk(bad, dst.data(), dst.size());
+  EXPECT_TRUE(s.code() == StatusCode::kCorruption || dst != data);
+
+  // A raw chunk whose header and payload length disagree.
+  auto noise = Noise(100, 1);
+  std::string raw;
+  ASSERT_TRUE(EncodeChunk(noise.data(), noise.size(), {}, &raw).ok());
+  ASSERT_EQ(Header(raw).codec, ChunkCodec::kRaw);
+  expect_corrupt(raw + "x", 100, "raw length 100 but payload has 101 bytes");
+  bad = raw;
+  bad[3] = 1;
+  expect_corrupt(bad, 100, "raw chunk with a filter");
+  EXPECT_TRUE(DecodeChunk(raw, out.data(), 100).ok());
+}
+
+}  // namespace
+}  // namespace trainsnap::internal

@@ -1,0 +1,117 @@
+#include "store/records.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "store.pb.h"
+
+namespace trainsnap::internal {
+namespace {
+
+TensorRecord Sample() {
+  TensorRecord r;
+  r.param_id = 5;
+  r.role = "exp_avg";
+  r.dtype = DType::kBFloat16;
+  r.shape = {3, 4};
+  r.bytes = 24;
+  ChunkRef a, b;
+  a.hash.bytes[0] = 1;
+  a.raw_bytes = 16;
+  a.stored_bytes = 32;
+  b.hash.bytes[15] = 2;
+  b.raw_bytes = 8;
+  b.stored_bytes = 24;
+  r.chunks = {a, b};
+  return r;
+}
+
+TEST(RecordsTest, TensorRecordRoundTrip) {
+  const TensorRecord r = Sample();
+  auto back = ParseTensorRecord(SerializeTensorRecord(r), r.param_id, r.role);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->param_id, 5u);
+  EXPECT_EQ(back->role, "exp_avg");
+  EXPECT_EQ(back->dtype, DType::kBFloat16);
+  EXPECT_EQ(back->shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(back->bytes, 24u);
+  ASSERT_EQ(back->chunks.size(), 2u);
+  EXPECT_EQ(back->chunks[0].hash, r.chunks[0].hash);
+  EXPECT_EQ(back->chunks[1].hash, r.chunks[1].hash);
+  EXPECT_EQ(back->chunks[1].raw_bytes, 8u);
+  EXPECT_EQ(back->chunks[1].stored_bytes, 24u);
+}
+
+TEST(RecordsTest, TensorRecordValidation) {
+  auto corrupt = [](const proto::TensorRecordProto& p, const std::string& needle) {
+    auto r = ParseTensorRecord(p.SerializeAsString(), 1, "param");
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  proto::TensorRecordProto good;
+  ASSERT_TRUE(good.ParseFromString(SerializeTensorRecord(Sample())));
+  auto p = good;
+  p.set_dtype(0);
+  corrupt(p, "unknown dtype code 0");
+  p = good;
+  p.set_dtype(99);
+  corrupt(p, "unknown dtype code 99");
+  p = good;
+  p.set_shape(0, -3);
+  corrupt(p, "negative dimension -3");
+  p = good;
+  p.set_bytes(25);
+  corrupt(p, "25 bytes but shape and dtype give 24");
+  p = good;
+  p.clear_shape();
+  p.add_shape(std::numeric_limits<int64_t>::max());
+  p.add_shape(4);
+  corrupt(p, "overflows");
+  p = good;
+  p.mutable_chunks(1)->set_raw_bytes(9);
+  corrupt(p, "chunks hold 25 bytes, tensor has 24");
+  p = good;
+  p.mutable_chunks(0)->set_hash("short");
+  corrupt(p, "not 16 bytes");
+  p = good;
+  p.mutable_chunks(0)->set_raw_bytes(0);
+  corrupt(p, "bad chunk length");
+  EXPECT_EQ(ParseTensorRecord("\xff\xff\xff", 1, "x").status().code(), StatusCode::kCorruption);
+}
+
+TEST(RecordsTest, SnapshotRecordRoundTripAndChecks) {
+  SnapshotInfo info;
+  info.step = -7;
+  info.created_unix_ms = 1234;
+  info.tensors = 2;
+  info.logical_bytes = 100;
+  info.chunks = 3;
+  info.stored_bytes = 90;
+  info.new_chunks = 1;
+  info.new_bytes = 40;
+  const std::string value = SerializeSnapshotRecord(info, "manifest!");
+  auto back = ParseSnapshotRecord(value, -7);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->info.step, -7);
+  EXPECT_EQ(back->info.created_unix_ms, 1234);
+  EXPECT_EQ(back->info.tensors, 2u);
+  EXPECT_EQ(back->info.logical_bytes, 100u);
+  EXPECT_EQ(back->info.chunks, 3u);
+  EXPECT_EQ(back->info.stored_bytes, 90u);
+  EXPECT_EQ(back->info.new_chunks, 1u);
+  EXPECT_EQ(back->info.new_bytes, 40u);
+  EXPECT_EQ(back->info.manifest_bytes, 9u);
+  EXPECT_EQ(back->manifest, "manifest!");
+  EXPECT_EQ(ParseSnapshotRecord(value, 8).status().code(), StatusCode::kCorruption);
+
+  proto::SnapshotRecord p;
+  ASSERT_TRUE(p.ParseFromString(value));
+  p.set_format_version(2);
+  auto future = ParseSnapshotRecord(p.SerializeAsString(), -7);
+  EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(future.status().message().find("format version 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainsnap::internal
