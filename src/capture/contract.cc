@@ -1,0 +1,194 @@
+#include "capture/contract.h"
+
+#include <map>
+#include <sstream>
+#include <unordered_set>
+
+#include <xxhash.h>
+
+namespace trainsnap::internal {
+
+Result<std::vector<NamedModel>> CollectModels(const TrainingState& state) {
+  std::vector<NamedModel> models;
+  if (state.model != nullptr) models.push_back({"", state.model});
+  for (const auto& [key, module] : state.models) {
+    if (key.empty()) return Status::InvalidArgument("TrainingState::models: empty model key");
+    if (module == nullptr) return Status::InvalidArgument("TrainingState::models[\"" + key + "\"] is null");
+    models.push_back({key, module});
+  }
+  return models;
+}
+
+Result<std::vector<NamedOptimizer>> CollectOptimizers(const TrainingState& state) {
+  std::vector<NamedOptimizer> optimizers;
+  if (state.optimizer != nullptr) optimizers.push_back({"", state.optimizer});
+  for (const auto& [key, optimizer] : state.optimizers) {
+    if (key.empty()) return Status::InvalidArgument("TrainingState::optimizers: empty optimizer key");
+    if (optimizer == nullptr) {
+      return Status::InvalidArgument("TrainingState::optimizers[\"" + key + "\"] is null");
+    }
+    optimizers.push_back({key, optimizer});
+  }
+  return optimizers;
+}
+
+std::string QualifiedName(std::string_view model_key, std::string_view name) {
+  if (model_key.empty()) return std::string(name);
+  std::string qualified(model_key);
+  qualified += '/';
+  qualified += name;
+  return qualified;
+}
+
+uint64_t ParamId(std::string_view qualified_name) {
+  return XXH3_64bits(qualified_name.data(), qualified_name.size());
+}
+
+std::string ShapeString(c10::IntArrayRef shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+namespace {
+
+// Groups tensors by identity: the same TensorImpl, or (for non-empty tensors)
+// the same first byte of storage, which is how two distinct TensorImpls alias.
+class TieGrouper {
+ public:
+  // Returns the index of the group `tensor` joins, or -1 for a new one.
+  long Find(const torch::Tensor& tensor) const {
+    if (auto it = by_impl_.find(tensor.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
+    if (tensor.numel() > 0 && tensor.has_storage()) {
+      if (auto it = by_data_.find(tensor.data_ptr()); it != by_data_.end()) return it->second;
+    }
+    return -1;
+  }
+  void Add(const torch::Tensor& tensor, long group) {
+    by_impl_.emplace(tensor.unsafeGetTensorImpl(), group);
+    if (tensor.numel() > 0 && tensor.has_storage()) by_data_.emplace(tensor.data_ptr(), group);
+  }
+
+ private:
+  std::unordered_map<const c10::TensorImpl*, long> by_impl_;
+  std::unordered_map<const void*, long> by_data_;
+};
+
+Status CheckTie(const ContractEntry& entry, const torch::Tensor& tensor, const std::string& name) {
+  const torch::Tensor& first = entry.tensor;
+  if (first.sizes() != tensor.sizes() || first.scalar_type() != tensor.scalar_type() ||
+      first.requires_grad() != tensor.requires_grad()) {
+    return Status::InvalidArgument(
+        "tied parameters `" + entry.names.front() + "` and `" + name + "` disagree: " +
+        ShapeString(first.sizes()) + " " + c10::toString(first.scalar_type()) +
+        (first.requires_grad() ? " trainable" : " frozen") + " vs " + ShapeString(tensor.sizes()) + " " +
+        c10::toString(tensor.scalar_type()) + (tensor.requires_grad() ? " trainable" : " frozen"));
+  }
+  return Status::OK();
+}
+
+void AddImpl(ContractEntry& entry, const torch::Tensor& tensor) {
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  for (const c10::TensorImpl* known : entry.impls) {
+    if (known == impl) return;
+  }
+  entry.impls.push_back(impl);
+}
+
+}  // namespace
+
+Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
+  // Parameters are grouped first in one list (trainable and frozen together,
+  // so that a tie across the two is caught), then split.
+  std::vector<ContractEntry> params;
+  TieGrouper param_groups;
+  std::vector<ContractEntry> buffers;
+  TieGrouper buffer_groups;
+  for (const NamedModel& model : models) {
+    for (const auto& item : model.module->named_parameters(/*recurse=*/true)) {
+      const torch::Tensor& tensor = item.value();
+      if (!tensor.defined()) continue;
+      std::string name = QualifiedName(model.key, item.key());
+      if (tensor.is_sparse()) return Status::NotSupported("parameter `" + name + "` is sparse");
+      long group = param_groups.Find(tensor);
+      if (group >= 0) {
+        TRAINSNAP_RETURN_IF_ERROR(CheckTie(params[group], tensor, name));
+        params[group].names.push_back(std::move(name));
+        AddImpl(params[group], tensor);
+        param_groups.Add(tensor, group);
+        continue;
+      }
+      param_groups.Add(tensor, static_cast<long>(params.size()));
+      ContractEntry entry;
+      entry.id = ParamId(name);
+      entry.model = model.key;
+      entry.names.push_back(std::move(name));
+      entry.tensor = tensor;
+      entry.impls.push_back(tensor.unsafeGetTensorImpl());
+      params.push_back(std::move(entry));
+    }
+    for (const auto& item : model.module->named_buffers(/*recurse=*/true)) {
+      const torch::Tensor& tensor = item.value();
+      if (!tensor.defined()) continue;
+      std::string name = QualifiedName(model.key, item.key());
+      long group = buffer_groups.Find(tensor);
+      if (group >= 0) {
+        TRAINSNAP_RETURN_IF_ERROR(CheckTie(buffers[group], tensor, name));
+        buffers[group].names.push_back(std::move(name));
+        AddImpl(buffers[group], tensor);
+        buffer_groups.Add(tensor, group);
+        continue;
+      }
+      buffer_groups.Add(tensor, static_cast<long>(buffers.size()));
+      ContractEntry entry;
+      entry.id = ParamId(name);
+      entry.model = model.key;
+      entry.names.push_back(std::move(name));
+      entry.tensor = tensor;
+      entry.impls.push_back(tensor.unsafeGetTensorImpl());
+      buffers.push_back(std::move(entry));
+    }
+  }
+
+  Contract contract;
+  std::unordered_map<uint64_t, std::string> names_by_id;
+  auto claim_id = [&](const ContractEntry& entry) -> Status {
+    auto [it, inserted] = names_by_id.emplace(entry.id, entry.names.front());
+    if (!inserted) {
+      return Status::InvalidArgument("parameters `" + it->second + "` and `" + entry.names.front() +
+                                     "` have the same ID");
+    }
+    return Status::OK();
+  };
+  for (ContractEntry& entry : params) {
+    TRAINSNAP_RETURN_IF_ERROR(claim_id(entry));
+    for (const c10::TensorImpl* impl : entry.impls) contract.param_ids.emplace(impl, entry.id);
+    if (entry.tensor.requires_grad()) {
+      contract.trainable_index.emplace(entry.id, contract.trainable.size());
+      contract.trainable.push_back(std::move(entry));
+    } else {
+      contract.frozen.push_back(std::move(entry));
+    }
+  }
+  // Buffers live in their own ID space (stored under role "buffer").
+  names_by_id.clear();
+  for (ContractEntry& entry : buffers) {
+    TRAINSNAP_RETURN_IF_ERROR(claim_id(entry));
+    contract.buffers.push_back(std::move(entry));
+  }
+  return contract;
+}
+
+Status CheckNoFrozenGradients(const Contract& contract) {
+  for (const ContractEntry& entry : contract.frozen) {
+    if (entry.tensor.grad().defined()) {
+      return Status::InvalidArgument("frozen parameter `" + entry.names.front() +
+                                     "` (requires_grad=false) holds a gradient");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,71 @@
+// The trainable-parameter contract: which tensors of the caller's models a
+// snapshot is about, under IDs that are stable across processes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/status.h"
+
+namespace trainsnap::internal {
+
+// A model and the key that qualifies its names ("" for TrainingState::model).
+struct NamedModel {
+  std::string key;
+  torch::nn::Module* module = nullptr;
+};
+
+struct NamedOptimizer {
+  std::string key;
+  torch::optim::Optimizer* optimizer = nullptr;
+};
+
+// TrainingState::model (key "") followed by TrainingState::models in key
+// order. InvalidArgument for an empty key or a null module in the map.
+Result<std::vector<NamedModel>> CollectModels(const TrainingState& state);
+// Same for the optimizers.
+Result<std::vector<NamedOptimizer>> CollectOptimizers(const TrainingState& state);
+
+// "name" for the unnamed model, "key/name" for a named one.
+std::string QualifiedName(std::string_view model_key, std::string_view name);
+// XXH3-64 of a qualified name: the stable parameter ID.
+uint64_t ParamId(std::string_view qualified_name);
+
+// One tensor of the models, with every qualified name it goes by.
+struct ContractEntry {
+  uint64_t id = 0;                 // ParamId(names[0])
+  std::string model;               // key of the model names[0] belongs to
+  std::vector<std::string> names;  // qualified names, in named_parameters() order
+  torch::Tensor tensor;
+  // Every TensorImpl the names go by (more than one when tied by storage).
+  std::vector<const c10::TensorImpl*> impls;
+};
+
+struct Contract {
+  std::vector<ContractEntry> trainable;  // requires_grad parameters
+  std::vector<ContractEntry> frozen;     // the other parameters
+  std::vector<ContractEntry> buffers;    // defined buffers
+  // Trainable and frozen parameters by TensorImpl (optimizer look-ups).
+  std::unordered_map<const c10::TensorImpl*, uint64_t> param_ids;
+  // Index into `trainable` by ID.
+  std::unordered_map<uint64_t, size_t> trainable_index;
+};
+
+// Builds the contract of `models`. Tensors sharing a TensorImpl, or the same
+// storage bytes, are one entry (tied); tied names whose shape, dtype or
+// requires_grad disagree are InvalidArgument, as are two names hashing to one ID.
+Result<Contract> BuildContract(const std::vector<NamedModel>& models);
+
+// InvalidArgument naming the first frozen parameter that holds a gradient.
+Status CheckNoFrozenGradients(const Contract& contract);
+
+// "[4, 8]"
+std::string ShapeString(c10::IntArrayRef shape);
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,25 @@
+#include "capture/encode.h"
+
+#include <string>
+
+namespace trainsnap::internal {
+
+Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
+  for (const StagedTensor& staged : snapshot.staging.tensors()) {
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged))
+                                  .WithContext("tensor " + std::to_string(staged.param_id) + " role " +
+                                               staged.role));
+  }
+  return Status::OK();
+}
+
+Result<SnapshotInfo> CommitSnapshot(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
+  std::string bytes;
+  if (!snapshot.manifest.SerializeToString(&bytes)) {
+    return Status::InvalidArgument("manifest does not serialize");
+  }
+  writer.SetManifest(std::move(bytes));
+  return writer.Commit();
+}
+
+}  // namespace trainsnap::internal

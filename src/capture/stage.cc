@@ -1,0 +1,123 @@
+#include "capture/stage.h"
+
+#include "capture/contract.h"
+#include "capture/manifest_format.h"
+#include "capture/optimizer_state.h"
+#include "capture/rng_state.h"
+#include "capture/scheduler_state.h"
+#include "capture/torch_dtype.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+template <class Message>
+Status DescribeTensor(const torch::Tensor& tensor, Message* out) {
+  for (int64_t d : tensor.sizes()) out->add_shape(d);
+  TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
+  out->set_dtype(static_cast<uint32_t>(dtype));
+  return Status::OK();
+}
+
+Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot) {
+  proto::ContractParam* param = snapshot.manifest.add_params();
+  param->set_id(entry.id);
+  param->set_model(entry.model);
+  for (const std::string& name : entry.names) param->add_names(name);
+  TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, param));
+  param->set_device(entry.tensor.device().str());
+  TRAINSNAP_RETURN_IF_ERROR(snapshot.staging.Add(entry.id, "param", entry.tensor));
+
+  const torch::Tensor& grad = entry.tensor.grad();
+  if (!grad.defined()) {
+    param->set_grad(proto::GRAD_UNDEFINED);
+    return Status::OK();
+  }
+  if (grad.sizes() != entry.tensor.sizes() || grad.scalar_type() != entry.tensor.scalar_type()) {
+    return Status::InvalidArgument("gradient " + ShapeString(grad.sizes()) + " " +
+                                   c10::toString(grad.scalar_type()) + " does not match the parameter");
+  }
+  torch::Tensor host = StagingArea::CopyToHost(grad);
+  // A zeroed gradient (zero_grad() at a window boundary) costs nothing: it
+  // is recorded, not stored, and restored as zeros.
+  if (StagingArea::IsAllZeroBytes(host)) {
+    param->set_grad(proto::GRAD_ZERO);
+    return Status::OK();
+  }
+  param->set_grad(proto::GRAD_STORED);
+  return snapshot.staging.AddHost(entry.id, "grad", std::move(host));
+}
+
+Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnapshot& snapshot) {
+  proto::ModelTensor* out = snapshot.manifest.add_model_tensors();
+  out->set_id(entry.id);
+  out->set_model(entry.model);
+  for (const std::string& name : entry.names) out->add_names(name);
+  out->set_role(role);
+  TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, out));
+  return snapshot.staging.Add(entry.id, role, entry.tensor);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
+                                              const CheckpointerOptions& options, BaseIdentityBuilder& base) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(state));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(state));
+  TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
+  TRAINSNAP_RETURN_IF_ERROR(CheckNoFrozenGradients(contract));
+
+  auto snapshot = std::make_unique<StagedSnapshot>();
+  snapshot->step = step;
+  proto::TrainingManifest& manifest = snapshot->manifest;
+  manifest.set_format_version(kManifestFormatVersion);
+  manifest.set_step(step);
+  manifest.set_model_state(static_cast<uint32_t>(options.model_state));
+  for (const NamedModel& model : models) manifest.add_models(model.key);
+
+  for (const ContractEntry& entry : contract.trainable) {
+    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot).WithContext("parameter `" + entry.names.front() + "`"));
+  }
+  if (options.model_state != ModelState::kTrainable) {
+    for (const ContractEntry& entry : contract.buffers) {
+      TRAINSNAP_RETURN_IF_ERROR(
+          StageModelTensor(entry, "buffer", *snapshot).WithContext("buffer `" + entry.names.front() + "`"));
+    }
+  }
+  if (options.model_state == ModelState::kFull) {
+    for (const ContractEntry& entry : contract.frozen) {
+      TRAINSNAP_RETURN_IF_ERROR(
+          StageModelTensor(entry, "param", *snapshot).WithContext("parameter `" + entry.names.front() + "`"));
+    }
+  }
+  *manifest.mutable_base() = base.Build(contract, options.base_label, options.hash_base_content);
+
+  for (const NamedOptimizer& optimizer : optimizers) {
+    TRAINSNAP_RETURN_IF_ERROR(
+        CaptureOptimizer(optimizer, contract, snapshot->staging, manifest.add_optimizers()));
+  }
+  if (state.scheduler != nullptr) {
+    manifest.mutable_scheduler()->set_step_count(SchedulerStepCount(*state.scheduler));
+  }
+  if (state.accumulation != nullptr) {
+    const AccumulationWindow& window = *state.accumulation;
+    proto::AccumulationState* out = manifest.mutable_accumulation();
+    out->set_micro_step(window.micro_step);
+    out->set_size(window.size);
+    out->set_weight_sum(window.weight_sum);
+    out->set_scale(window.scale);
+  }
+  if (state.rng) {
+    manifest.set_has_rng(true);
+    TRAINSNAP_RETURN_IF_ERROR(CaptureRng(manifest.mutable_rng()));
+  }
+  for (const auto& [name, stateful] : state.extra) {
+    if (stateful == nullptr) return Status::InvalidArgument("extra state `" + name + "` is null");
+    proto::ExtraState* extra = manifest.add_extra();
+    extra->set_name(name);
+    extra->set_state(stateful->SaveState());
+  }
+  return snapshot;
+}
+
+}  // namespace trainsnap::internal

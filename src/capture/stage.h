@@ -1,0 +1,30 @@
+// Stage, the first step of a capture (stage -> encode -> commit): on the
+// training thread, copy every tensor of the training state into host staging
+// memory and describe it all in the manifest. Nothing is written yet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "capture/base_identity.h"
+#include "capture/staging.h"
+#include "manifest.pb.h"
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/status.h"
+
+namespace trainsnap::internal {
+
+// Everything one capture writes; independent of the live objects once built.
+struct StagedSnapshot {
+  int64_t step = 0;
+  proto::TrainingManifest manifest;
+  StagingArea staging;
+};
+
+// InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
+// null extra; NotSupported for an unsupported optimizer or dtype. May throw
+// c10::Error (the caller converts it).
+Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
+                                              const CheckpointerOptions& options, BaseIdentityBuilder& base);
+
+}  // namespace trainsnap::internal

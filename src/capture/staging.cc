@@ -1,0 +1,57 @@
+#include "capture/staging.h"
+
+#include <cstring>
+
+#include "capture/torch_dtype.h"
+
+namespace trainsnap::internal {
+
+torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
+  // copy=true: a fresh buffer even when `tensor` is already a contiguous CPU
+  // tensor, so that training may overwrite it while the copy is encoded.
+  return tensor.detach().to(torch::kCPU, tensor.scalar_type(), /*non_blocking=*/false, /*copy=*/true,
+                            c10::MemoryFormat::Contiguous);
+}
+
+bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
+  const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
+  size_t size = host.nbytes();
+  // Compare word-wise against a zero block; the tail byte-wise.
+  static constexpr unsigned char kZeros[4096] = {};
+  while (size >= sizeof(kZeros)) {
+    if (std::memcmp(bytes, kZeros, sizeof(kZeros)) != 0) return false;
+    bytes += sizeof(kZeros);
+    size -= sizeof(kZeros);
+  }
+  return size == 0 || std::memcmp(bytes, kZeros, size) == 0;
+}
+
+Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor) {
+  return AddHost(param_id, std::move(role), CopyToHost(tensor));
+}
+
+Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host) {
+  TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(host.scalar_type()));
+  if (!host.is_contiguous() || host.device().type() != c10::DeviceType::CPU) {
+    return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
+  }
+  if (!keys_.emplace(param_id, role).second) {
+    return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
+  }
+  bytes_ += host.nbytes();
+  tensors_.push_back({param_id, std::move(role), dtype, std::move(host)});
+  return Status::OK();
+}
+
+TensorView ViewOf(const StagedTensor& staged) {
+  TensorView view;
+  view.param_id = staged.param_id;
+  view.role = staged.role;
+  view.dtype = staged.dtype;
+  view.shape.assign(staged.host.sizes().begin(), staged.host.sizes().end());
+  view.data = staged.host.data_ptr();
+  view.size_bytes = staged.host.nbytes();
+  return view;
+}
+
+}  // namespace trainsnap::internal

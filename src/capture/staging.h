@@ -1,0 +1,52 @@
+// Staging: contiguous host copies of the tensors of one capture, taken on the
+// training thread so that encoding can run while training goes on.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+struct StagedTensor {
+  uint64_t param_id = 0;
+  std::string role;
+  DType dtype = DType::kUnknown;
+  torch::Tensor host;  // contiguous CPU copy, owned by the staging area
+};
+
+// Not thread-safe; filled by one thread, then read-only.
+class StagingArea {
+ public:
+  // A contiguous CPU copy of `tensor` that shares no memory with it.
+  static torch::Tensor CopyToHost(const torch::Tensor& tensor);
+  // True when every byte of the (contiguous, host) tensor is zero.
+  static bool IsAllZeroBytes(const torch::Tensor& host);
+
+  // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
+  // duplicate (param_id, role); NotSupported for a dtype the store lacks.
+  Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor);
+  // Stages an existing host copy (from CopyToHost) without copying again.
+  Status AddHost(uint64_t param_id, std::string role, torch::Tensor host);
+
+  const std::vector<StagedTensor>& tensors() const { return tensors_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<StagedTensor> tensors_;
+  std::set<std::pair<uint64_t, std::string>> keys_;
+  uint64_t bytes_ = 0;
+};
+
+// A view of a staged tensor for SnapshotWriter::AddTensor; valid while the
+// staging area lives.
+TensorView ViewOf(const StagedTensor& staged);
+
+}  // namespace trainsnap::internal

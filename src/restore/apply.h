@@ -1,0 +1,53 @@
+// Apply, the last phase of a restore: copy the validated, decoded snapshot
+// into the live objects. Everything that can fail has been checked before.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "capture/rng_state.h"
+#include "manifest.pb.h"
+#include "restore/optimizer_restore.h"
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/status.h"
+
+namespace trainsnap::internal {
+
+// What a restore will write, fully prepared.
+struct RestorePlan {
+  struct Copy {
+    torch::Tensor live;    // a parameter or buffer of the target
+    torch::Tensor staged;  // decoded value, same shape and dtype
+  };
+  struct Grad {
+    torch::Tensor param;
+    proto::GradState state = proto::GRAD_UNDEFINED;
+    torch::Tensor staged;  // GRAD_STORED only, on the parameter's device
+  };
+  struct Extra {
+    std::string name;
+    Stateful* target = nullptr;
+    std::string bytes;
+  };
+  std::vector<Copy> copies;
+  std::vector<Grad> grads;
+  std::vector<PreparedOptimizer> optimizers;
+  torch::optim::LRScheduler* scheduler = nullptr;
+  uint64_t scheduler_step_count = 0;
+  AccumulationWindow* accumulation = nullptr;
+  AccumulationWindow window;
+  std::optional<PreparedRng> rng;
+  std::vector<Extra> extra;
+};
+
+// Loads the extra state first: when a Stateful refuses its bytes, the ones
+// already loaded get their previous state back and the error is returned
+// with nothing else touched. Then copies tensors, gradients, optimizer
+// state, scheduler, window and RNG under NoGradGuard.
+Status ApplyPlan(RestorePlan& plan);
+
+}  // namespace trainsnap::internal

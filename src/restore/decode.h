@@ -1,0 +1,36 @@
+// Decode: read the tensors a restore needs from the store into fresh host
+// staging tensors, verifying every chunk hash. Touches no live object.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+using TensorKey = std::pair<uint64_t, std::string>;  // (param_id, role)
+using DecodedTensors = std::map<TensorKey, torch::Tensor>;
+
+// A tensor the manifest says the snapshot holds, with what it must look like.
+struct WantedTensor {
+  uint64_t param_id = 0;
+  std::string role;
+  std::string name;            // qualified name, for error messages
+  std::vector<int64_t> shape;  // expected shape
+  std::optional<DType> dtype;  // expected dtype, when the manifest fixes it
+};
+
+// Reads every wanted tensor of snapshot `step`. Corruption when one is
+// missing, disagrees with its expected shape/dtype, or fails a chunk hash
+// (the message names the tensor and role).
+Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted);
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,39 @@
+// Restore of one torch::optim optimizer: new per-parameter state entries
+// under the target tensors' own keys, and the param groups' options. Split
+// into Prepare (builds everything, touches nothing) and Apply (swaps it in).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "capture/contract.h"
+#include "manifest.pb.h"
+#include "restore/decode.h"
+#include "trainsnap/status.h"
+
+namespace trainsnap::internal {
+
+// The tensors `stored` needs, shaped like the target parameters they belong to.
+Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contract& target,
+                            std::vector<WantedTensor>* wanted);
+
+struct PreparedOptimizer {
+  torch::optim::Optimizer* optimizer = nullptr;
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;  // one per group
+  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> state;
+};
+
+// Builds the restored groups' options and state entries (tensors on the
+// parameters' devices). Expects CheckComposition to have passed; Corruption
+// for state the manifest describes inconsistently.
+Result<PreparedOptimizer> PrepareOptimizer(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
+                                           const Contract& contract, const DecodedTensors& decoded);
+
+// Replaces every group's options and the whole state map. Does not throw.
+void ApplyOptimizer(PreparedOptimizer& prepared);
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,130 @@
+#include "restore/restore_snapshot.h"
+
+#include "capture/contract.h"
+#include "capture/rng_state.h"
+#include "restore/apply.h"
+#include "restore/decode.h"
+#include "restore/optimizer_restore.h"
+#include "restore/validate.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+template <class Message>
+WantedTensor Want(uint64_t id, std::string role, const Message& stored) {
+  WantedTensor want;
+  want.param_id = id;
+  want.role = std::move(role);
+  want.name = stored.names().empty() ? std::string("?") : stored.names(0);
+  want.shape.assign(stored.shape().begin(), stored.shape().end());
+  want.dtype = static_cast<DType>(stored.dtype());
+  return want;
+}
+
+const ContractEntry& EntryOf(const std::vector<ContractEntry>& entries, uint64_t id) {
+  for (const ContractEntry& entry : entries) {
+    if (entry.id == id) return entry;
+  }
+  // CheckContract found every ID before; reaching here is a bug.
+  throw std::logic_error("contract entry vanished");
+}
+
+Status CheckModels(const proto::TrainingManifest& manifest, const std::vector<NamedModel>& models) {
+  std::vector<std::string> stored(manifest.models().begin(), manifest.models().end());
+  std::vector<std::string> actual;
+  for (const NamedModel& model : models) actual.push_back(model.key);
+  if (stored == actual) return Status::OK();
+  auto list = [](const std::vector<std::string>& keys) {
+    std::string out = "[";
+    for (size_t i = 0; i < keys.size(); ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
+    return out + "]";
+  };
+  return Status::ContractMismatch("models: expected " + list(stored) + ", actual " + list(actual));
+}
+
+}  // namespace
+
+Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
+                       const std::string& base_label, BaseIdentityBuilder& base) {
+  // 1. Manifest and format version.
+  TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, store.Manifest(step));
+  TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ParseManifest(bytes));
+
+  // 2. Contract, frozen base, devices, the rest of the composition.
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(target));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(target));
+  TRAINSNAP_RETURN_IF_ERROR(CheckModels(manifest, models));
+  TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
+  TRAINSNAP_RETURN_IF_ERROR(CheckContract(manifest, contract));
+  TRAINSNAP_RETURN_IF_ERROR(CheckBaseIdentity(manifest.base(), contract, base_label, base));
+  TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));
+  TRAINSNAP_RETURN_IF_ERROR(CheckComposition(manifest, target, optimizers, contract));
+  std::optional<PreparedRng> rng;
+  if (target.rng) {
+    TRAINSNAP_ASSIGN_OR_RETURN(rng, PrepareRng(manifest.rng()));
+  }
+
+  // 3. Decode every tensor into staging memory, hashes verified.
+  std::vector<WantedTensor> wanted;
+  for (const proto::ContractParam& param : manifest.params()) {
+    wanted.push_back(Want(param.id(), "param", param));
+    if (options.restore_gradients && param.grad() == proto::GRAD_STORED) {
+      wanted.push_back(Want(param.id(), "grad", param));
+    }
+  }
+  for (const proto::ModelTensor& stored : manifest.model_tensors()) {
+    wanted.push_back(Want(stored.id(), stored.role(), stored));
+  }
+  for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
+    TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
+                                  .WithContext("optimizer `" + stored.name() + "`"));
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, wanted));
+
+  // Prepare every write; still nothing live is touched.
+  RestorePlan plan;
+  for (const proto::ContractParam& param : manifest.params()) {
+    const ContractEntry& entry = EntryOf(contract.trainable, param.id());
+    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(param.id(), "param"))});
+    if (!options.restore_gradients) continue;
+    RestorePlan::Grad grad;
+    grad.param = entry.tensor;
+    grad.state = param.grad();
+    if (grad.state == proto::GRAD_STORED) {
+      grad.staged = decoded.at(TensorKey(param.id(), "grad")).to(entry.tensor.device());
+    }
+    plan.grads.push_back(std::move(grad));
+  }
+  for (const proto::ModelTensor& stored : manifest.model_tensors()) {
+    const ContractEntry& entry = EntryOf(stored.role() == "buffer" ? contract.buffers : contract.frozen, stored.id());
+    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(stored.id(), stored.role()))});
+  }
+  for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
+    torch::optim::Optimizer* optimizer = nullptr;
+    for (const NamedOptimizer& named : optimizers) {
+      if (named.key == stored.name()) optimizer = named.optimizer;
+    }
+    Result<PreparedOptimizer> prepared = PrepareOptimizer(stored, *optimizer, contract, decoded);
+    if (!prepared.ok()) return prepared.status().WithContext("optimizer `" + stored.name() + "`");
+    plan.optimizers.push_back(std::move(prepared).value());
+  }
+  if (target.scheduler != nullptr) {
+    plan.scheduler = target.scheduler;
+    plan.scheduler_step_count = manifest.scheduler().step_count();
+  }
+  if (target.accumulation != nullptr) {
+    const proto::AccumulationState& window = manifest.accumulation();
+    plan.accumulation = target.accumulation;
+    plan.window = AccumulationWindow{window.micro_step(), window.size(), window.weight_sum(), window.scale()};
+  }
+  plan.rng = std::move(rng);
+  for (const proto::ExtraState& extra : manifest.extra()) {
+    plan.extra.push_back({extra.name(), target.extra.at(extra.name()), extra.state()});
+  }
+
+  // 4. Copy in.
+  return ApplyPlan(plan);
+}
+
+}  // namespace trainsnap::internal

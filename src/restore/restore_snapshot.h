@@ -1,0 +1,20 @@
+// A whole restore, in the order DESIGN.md fixes: manifest and format version,
+// contract, frozen base, devices, composition, decode (hash-verified), and
+// only then the copy into the live objects.
+#pragma once
+
+#include <cstdint>
+
+#include "capture/base_identity.h"
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+// On error before the copy, every live object is unchanged. May throw
+// c10::Error (the caller converts it).
+Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
+                       const std::string& base_label, BaseIdentityBuilder& base);
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,234 @@
+#include "restore/validate.h"
+
+#include <set>
+#include <unordered_set>
+
+#include "capture/manifest_format.h"
+#include "capture/optimizer_traits.h"
+#include "capture/torch_dtype.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+std::string DTypeString(uint32_t code) { return std::string(DTypeName(static_cast<DType>(code))); }
+
+std::string NamesString(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out + "]";
+}
+
+template <class Range>
+std::vector<int64_t> ToVector(const Range& range) {
+  return std::vector<int64_t>(range.begin(), range.end());
+}
+
+// Shape and dtype of a target tensor against what the manifest recorded.
+template <class Message>
+Status CheckTensor(const std::string& what, const Message& expected, const torch::Tensor& actual) {
+  std::vector<int64_t> expected_shape = ToVector(expected.shape());
+  if (actual.sizes().vec() != expected_shape) {
+    return Status::ContractMismatch(what + ": expected shape " + ShapeString(expected_shape) + ", actual " +
+                                    ShapeString(actual.sizes()));
+  }
+  Result<DType> dtype = ToDType(actual.scalar_type());
+  if (!dtype.ok() || static_cast<uint32_t>(*dtype) != expected.dtype()) {
+    return Status::ContractMismatch(what + ": expected dtype " + DTypeString(expected.dtype()) + ", actual " +
+                                    c10::toString(actual.scalar_type()));
+  }
+  return Status::OK();
+}
+
+const ContractEntry* FindEntry(const std::vector<ContractEntry>& entries, uint64_t id) {
+  for (const ContractEntry& entry : entries) {
+    if (entry.id == id) return &entry;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<proto::TrainingManifest> ParseManifest(const std::string& bytes) {
+  proto::TrainingManifest manifest;
+  if (!manifest.ParseFromString(bytes)) return Status::Corruption("manifest does not parse");
+  if (manifest.format_version() != kManifestFormatVersion) {
+    return Status::NotSupported("manifest format version " + std::to_string(manifest.format_version()) +
+                                " (this build reads version " + std::to_string(kManifestFormatVersion) + ")");
+  }
+  return manifest;
+}
+
+Status CheckContract(const proto::TrainingManifest& manifest, const Contract& target) {
+  std::unordered_set<uint64_t> in_snapshot;
+  for (const proto::ContractParam& param : manifest.params()) {
+    const std::string what = "parameter `" + (param.names().empty() ? std::string("?") : param.names(0)) + "`";
+    in_snapshot.insert(param.id());
+    auto it = target.trainable_index.find(param.id());
+    if (it == target.trainable_index.end()) {
+      return Status::ContractMismatch(what + ": expected a trainable parameter, actual: " +
+                                      (FindEntry(target.frozen, param.id()) ? "frozen in the target"
+                                                                            : "absent from the target"));
+    }
+    const ContractEntry& entry = target.trainable[it->second];
+    std::vector<std::string> names(param.names().begin(), param.names().end());
+    if (names != entry.names) {
+      return Status::ContractMismatch(what + ": expected names (tying) " + NamesString(names) + ", actual " +
+                                      NamesString(entry.names));
+    }
+    TRAINSNAP_RETURN_IF_ERROR(CheckTensor(what, param, entry.tensor));
+  }
+  for (const ContractEntry& entry : target.trainable) {
+    if (!in_snapshot.count(entry.id)) {
+      return Status::ContractMismatch("parameter `" + entry.names.front() +
+                                      "`: expected absent (not in the snapshot), actual: trainable in the target");
+    }
+  }
+  for (const proto::ModelTensor& stored : manifest.model_tensors()) {
+    const bool buffer = stored.role() == "buffer";
+    const std::string what = std::string(buffer ? "buffer `" : "parameter `") +
+                             (stored.names().empty() ? std::string("?") : stored.names(0)) + "`";
+    const ContractEntry* entry = FindEntry(buffer ? target.buffers : target.frozen, stored.id());
+    if (entry == nullptr) return Status::ContractMismatch(what + ": in the snapshot, absent from the target");
+    TRAINSNAP_RETURN_IF_ERROR(CheckTensor(what, stored, entry->tensor));
+  }
+  return Status::OK();
+}
+
+Status CheckBaseIdentity(const proto::BaseIdentity& base, const Contract& target, const std::string& label,
+                         BaseIdentityBuilder& builder) {
+  const std::string what = "frozen base: ";
+  if (!base.label().empty() && base.label() != label) {
+    return Status::ContractMismatch(what + "expected label \"" + base.label() + "\", actual \"" + label + "\"");
+  }
+  const auto& frozen = base.frozen();
+  for (int i = 0; i < frozen.size(); ++i) {
+    const std::string param = what + "parameter `" + frozen[i].name() + "`";
+    if (static_cast<size_t>(i) >= target.frozen.size()) {
+      return Status::ContractMismatch(param + ": expected frozen, actual absent from the target");
+    }
+    const ContractEntry& entry = target.frozen[i];
+    if (entry.names.front() != frozen[i].name()) {
+      return Status::ContractMismatch(param + ": expected at frozen position " + std::to_string(i) +
+                                      ", actual `" + entry.names.front() + "`");
+    }
+    TRAINSNAP_RETURN_IF_ERROR(CheckTensor(param, frozen[i], entry.tensor));
+  }
+  if (target.frozen.size() > static_cast<size_t>(frozen.size())) {
+    return Status::ContractMismatch(what + "parameter `" + target.frozen[frozen.size()].names.front() +
+                                    "`: expected absent, actual frozen in the target");
+  }
+  if (base.has_content_hash()) {
+    const uint64_t actual = builder.ContentHash(target);
+    if (actual != base.content_hash()) {
+      return Status::ContractMismatch(what + "content hash differs: expected " + std::to_string(base.content_hash()) +
+                                      ", actual " + std::to_string(actual));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckDevices(const Contract& target) {
+  for (const auto* entries : {&target.trainable, &target.frozen, &target.buffers}) {
+    for (const ContractEntry& entry : *entries) {
+      const c10::DeviceType type = entry.tensor.device().type();
+      if (type != c10::DeviceType::CPU && type != c10::DeviceType::CUDA) {
+        return Status::NotSupported("tensor `" + entry.names.front() + "` lives on device " +
+                                    entry.tensor.device().str() + "; restore copies to CPU and CUDA only");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Status CheckOptimizer(const proto::OptimizerManifest& stored, const NamedOptimizer& target,
+                      const Contract& contract) {
+  std::string type;
+  TRAINSNAP_RETURN_IF_ERROR(VisitOptimizer(*target.optimizer, [&](auto traits) {
+    type = decltype(traits)::kName;
+    return Status::OK();
+  }));
+  if (type != stored.type()) {
+    return Status::ContractMismatch("expected type " + stored.type() + ", actual " + type);
+  }
+  const auto& groups = target.optimizer->param_groups();
+  if (groups.size() != static_cast<size_t>(stored.groups_size())) {
+    return Status::ContractMismatch("expected " + std::to_string(stored.groups_size()) + " param groups, actual " +
+                                    std::to_string(groups.size()));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::set<uint64_t> expected(stored.groups(g).param_ids().begin(), stored.groups(g).param_ids().end());
+    std::set<uint64_t> actual;
+    for (const torch::Tensor& param : groups[g].params()) {
+      auto it = contract.param_ids.find(param.unsafeGetTensorImpl());
+      if (it == contract.param_ids.end()) {
+        return Status::ContractMismatch("param group " + std::to_string(g) + " holds a tensor of shape " +
+                                        ShapeString(param.sizes()) + " that is no parameter of the target models");
+      }
+      actual.insert(it->second);
+    }
+    if (expected != actual) {
+      return Status::ContractMismatch("param group " + std::to_string(g) + ": expected " +
+                                      std::to_string(expected.size()) + " parameters, actual " +
+                                      std::to_string(actual.size()) + ", membership differs");
+    }
+  }
+  return Status::OK();
+}
+
+std::string KeyName(const std::string& key) { return key.empty() ? "(unnamed)" : "`" + key + "`"; }
+
+}  // namespace
+
+Status CheckComposition(const proto::TrainingManifest& manifest, const TrainingState& target,
+                        const std::vector<NamedOptimizer>& optimizers, const Contract& contract) {
+  // Optimizers, by name.
+  std::set<std::string> stored_names;
+  for (const auto& stored : manifest.optimizers()) {
+    stored_names.insert(stored.name());
+    const NamedOptimizer* match = nullptr;
+    for (const NamedOptimizer& optimizer : optimizers) {
+      if (optimizer.key == stored.name()) match = &optimizer;
+    }
+    const std::string what = "optimizer " + KeyName(stored.name());
+    if (match == nullptr) return Status::ContractMismatch(what + ": in the snapshot, absent from the target");
+    TRAINSNAP_RETURN_IF_ERROR(CheckOptimizer(stored, *match, contract).WithContext(what));
+  }
+  for (const NamedOptimizer& optimizer : optimizers) {
+    if (!stored_names.count(optimizer.key)) {
+      return Status::ContractMismatch("optimizer " + KeyName(optimizer.key) +
+                                      ": in the target, absent from the snapshot");
+    }
+  }
+  if (manifest.has_scheduler() != (target.scheduler != nullptr)) {
+    return Status::ContractMismatch(std::string("scheduler: ") +
+                                    (manifest.has_scheduler() ? "in the snapshot, absent from the target"
+                                                              : "in the target, absent from the snapshot"));
+  }
+  if (manifest.has_accumulation() != (target.accumulation != nullptr)) {
+    return Status::ContractMismatch(std::string("accumulation window: ") +
+                                    (manifest.has_accumulation() ? "in the snapshot, absent from the target"
+                                                                 : "in the target, absent from the snapshot"));
+  }
+  if (target.rng && !manifest.has_rng()) {
+    return Status::ContractMismatch("RNG: requested by the target, absent from the snapshot");
+  }
+  std::set<std::string> stored_extra;
+  for (const auto& extra : manifest.extra()) {
+    stored_extra.insert(extra.name());
+    auto it = target.extra.find(extra.name());
+    if (it == target.extra.end() || it->second == nullptr) {
+      return Status::ContractMismatch("extra state `" + extra.name() + "`: in the snapshot, absent from the target");
+    }
+  }
+  for (const auto& [name, stateful] : target.extra) {
+    if (!stored_extra.count(name)) {
+      return Status::ContractMismatch("extra state `" + name + "`: in the target, absent from the snapshot");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace trainsnap::internal
