@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The trainsnap demo: installs what is missing, builds, then runs a LoRA
+# fine-tune that snapshots every micro-step, kills it with SIGKILL mid-run,
+# resumes it in a fresh process and proves the result bitwise identical to an
+# uninterrupted run; ends with a summary of the store.
+#
+#   ./scripts/demo.sh [STEPS]     STEPS optimizer steps of 4 micro-steps (default 40)
+#
+# Environment: TRAINSNAP_BUILD_DIR (default build), TRAINSNAP_DEMO_DIR (default:
+# a fresh temporary directory, removed at exit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STEPS=${1:-40}
+BUILD_DIR=${TRAINSNAP_BUILD_DIR:-build}
+
+echo "== setup"
+./scripts/setup.sh
+echo "== build (${BUILD_DIR})"
+./scripts/build.sh
+
+BIN="${BUILD_DIR}/examples/finetune_lora"
+if [[ ! -x "$BIN" ]]; then
+  echo "demo: ${BIN} was not built (configure with -DTRAINSNAP_BUILD_EXAMPLES=ON)" >&2
+  exit 1
+fi
+
+if [[ -n "${TRAINSNAP_DEMO_DIR:-}" ]]; then
+  WORK_DIR=$TRAINSNAP_DEMO_DIR
+  mkdir -p "$WORK_DIR"
+else
+  WORK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/trainsnap_demo.XXXXXX")
+  trap 'rm -rf "$WORK_DIR"' EXIT
+fi
+
+echo "== demo in ${WORK_DIR}"
+# finetune_lora exits non-zero unless the resumed run is bitwise identical.
+"$BIN" demo "$WORK_DIR" --steps "$STEPS"
