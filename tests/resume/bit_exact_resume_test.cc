@@ -11,11 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -280,6 +282,79 @@ TEST_P(BitExactResumeTest, SigkilledRunResumesBitExactly) {
               std::string(OptimizerKindName(kind)).c_str(), static_cast<long long>(kill_after), kill_delay_us,
               static_cast<long long>(last_ack), static_cast<long long>((last_ack + 1) % kWindowSize),
               static_cast<long long>(kWindowSize));
+}
+
+// The bit-exact test has teeth only if every piece of state steers the run.
+// In-process (no kill): restore a mid-window snapshot into fresh objects, spoil
+// one piece of what was restored, finish the run; only the untouched resume may
+// match the reference.
+TEST(ResumeSensitivityTest, EveryRestoredPieceChangesTheOutcome) {
+  torch::set_num_threads(1);
+  const OptimizerKind kind = OptimizerKind::kAdamW;
+  const Reference ref = RunReference(kind);
+  ASSERT_EQ(ref.states.size(), static_cast<size_t>(kTotalMicroSteps));
+  const int64_t snapshot_step = 5 * kWindowSize + 1;  // second micro-step of window 5
+
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto store = Store::Open(dir.path() + "/store");
+  ASSERT_OK(store.status());
+  Checkpointer checkpointer(**store);
+  {
+    LoraRun run(kind, kTrainSeed);
+    torch::manual_seed(kTrainSeed);
+    while (run.cursor().position() <= snapshot_step) ASSERT_OK(run.MicroStep());
+    ASSERT_OK(checkpointer.Capture(snapshot_step, run.State()));
+  }
+
+  struct Spoiler {
+    const char* what;
+    std::function<void(LoraRun&)> spoil;
+  };
+  const std::vector<Spoiler> spoilers = {
+      {"nothing", [](LoraRun&) {}},
+      {"RNG state (dropout masks)", [](LoraRun&) { torch::manual_seed(kFreshSeed); }},
+      {"pending gradients", [](LoraRun& r) {
+         torch::NoGradGuard no_grad;
+         for (auto& p : r.model()->parameters()) {
+           if (p.grad().defined()) p.mutable_grad().zero_();
+         }
+       }},
+      {"window weight sum", [](LoraRun& r) { r.mutable_window().weight_sum += 1.0; }},
+      {"scheduler step count", [](LoraRun& r) { r.scheduler().step(); }},
+      {"learning rate", [](LoraRun& r) {
+         auto& options = r.optimizer().param_groups()[1].options();
+         options.set_lr(options.get_lr() * 1.5);
+       }},
+      {"AdamW second moment", [](LoraRun& r) {
+         torch::NoGradGuard no_grad;
+         for (auto& entry : r.optimizer().state()) {
+           static_cast<torch::optim::AdamWParamState&>(*entry.second).exp_avg_sq().mul_(2.0);
+         }
+       }},
+      {"data cursor", [](LoraRun& r) {
+         std::string bytes = r.State().extra["data_cursor"]->SaveState();
+         const int64_t skipped = r.cursor().position() + 1;
+         std::memcpy(bytes.data(), &skipped, sizeof(skipped));
+         ASSERT_OK(r.State().extra["data_cursor"]->LoadState(bytes));
+       }},
+  };
+  for (const Spoiler& spoiler : spoilers) {
+    SCOPED_TRACE(spoiler.what);
+    torch::manual_seed(kFreshSeed + 1);
+    LoraRun resumed(kind, kFreshSeed);
+    ASSERT_OK(checkpointer.Restore(snapshot_step, resumed.State()));
+    spoiler.spoil(resumed);
+    while (resumed.cursor().position() < kTotalMicroSteps) ASSERT_OK(resumed.MicroStep());
+    const auto differing = DifferingEntries(ref.states.back(), CollectTrainingState(resumed));
+    if (std::string(spoiler.what) == "nothing") {
+      EXPECT_TRUE(differing.empty()) << Join(differing);
+    } else {
+      // The final parameters themselves must have moved, not just the spoiled entry.
+      EXPECT_NE(std::find(differing.begin(), differing.end(), "param/layer0.lora_a"), differing.end())
+          << "spoiling the " << spoiler.what << " left the trajectory unchanged: " << Join(differing);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, BitExactResumeTest, ::testing::ValuesIn(AllOptimizerKinds()),

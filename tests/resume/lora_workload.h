@@ -104,6 +104,7 @@ class LoraRun {
   torch::optim::StepLR& scheduler() { return *scheduler_; }
   const DataCursor& cursor() const { return cursor_; }
   const AccumulationWindow& window() const { return window_; }
+  AccumulationWindow& mutable_window() { return window_; }
   OptimizerKind kind() const { return kind_; }
   // Loss of every micro-step this object ran, by micro-step index.
   const std::vector<std::pair<int64_t, double>>& losses() const { return losses_; }
