@@ -37,6 +37,11 @@ Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
   return Status::OK();
 }
 
+void ChunkRegistry::ForgetSizes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  known_sizes_.clear();
+}
+
 size_t ChunkRegistry::pinned() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pins_.size();

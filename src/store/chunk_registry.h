@@ -40,6 +40,10 @@ class ChunkRegistry {
   Status EraseUnpinned(std::vector<ChunkHash>* candidates,
                        const std::function<Status(const std::vector<ChunkHash>&)>& erase);
 
+  // Forgets every known size (pins stay): after the database was reopened,
+  // presence must be asked of RocksDB again.
+  void ForgetSizes();
+
   size_t pinned() const;
 
  private:

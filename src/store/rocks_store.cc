@@ -109,6 +109,8 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   }
   store->zstd_level_ = options.zstd_level == 0 ? 3 : options.zstd_level;
   store->sync_ = options.sync;
+  store->options_ = options;
+  store->env_ = env;
   store->retention_ = options.retention;
   store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false, env));
@@ -185,10 +187,11 @@ void RocksStore::Adopt(const DbHandles& h) {
   txn_db_ = h.txn_db;
   db_ = h.db;
   handles_ = h.handles;
-  meta_cf_ = handles_[1];
-  snapshots_cf_ = handles_[2];
-  tensors_cf_ = handles_[3];
-  chunks_cf_ = handles_[4];
+  const bool open = handles_.size() == 5;
+  meta_cf_ = open ? handles_[1] : nullptr;
+  snapshots_cf_ = open ? handles_[2] : nullptr;
+  tensors_cf_ = open ? handles_[3] : nullptr;
+  chunks_cf_ = open ? handles_[4] : nullptr;
 }
 
 Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
@@ -251,21 +254,58 @@ Status RocksStore::Refresh() {
   return Status::OK();
 }
 
-Status RocksStore::PrepareWrite() {
-  std::lock_guard<std::mutex> lock(resume_mu_);
-  if (!needs_resume_) return Status::OK();
-  // OptimisticTransactionDB is a StackableDB: resume the DB underneath.
-  rocksdb::Status s = db_->GetRootDB()->Resume();
-  if (!s.ok()) return FromRocks(s, "resume writes after an earlier failure");
-  needs_resume_ = false;
+Status RocksStore::AcquireView(std::shared_lock<std::shared_mutex>* lock) {
+  *lock = std::shared_lock<std::shared_mutex>(db_mu_);
+  if (db_ == nullptr) {
+    return Status(recovery_error_.code(), "store " + path_ + " has no open database after a failed recovery (" +
+                                              recovery_error_.message() + "); the next write retries");
+  }
   return Status::OK();
 }
 
-Status RocksStore::CheckWrite(const rocksdb::Status& s, std::string_view context) {
-  if (!s.ok() && !s.IsBusy() && !s.IsInvalidArgument()) {
-    std::lock_guard<std::mutex> lock(resume_mu_);
-    needs_resume_ = true;
+Status RocksStore::PrepareWrite() {
+  if (!needs_resume_.load()) return Status::OK();
+  std::lock_guard<std::mutex> lock(resume_mu_);
+  if (!needs_resume_.load()) return Status::OK();  // another thread recovered
+  if (txn_db_ != nullptr) {
+    // OptimisticTransactionDB is a StackableDB: resume the DB underneath.
+    if (db_->GetRootDB()->Resume().ok()) {
+      needs_resume_ = false;
+      return Status::OK();
+    }
   }
+  // Some errors (e.g. failing to create a WAL file when the disk was full)
+  // are not resumable in RocksDB 7.8: reopen the database instead. What was
+  // written before the failure is recovered from the WAL.
+  std::unique_lock<std::shared_mutex> exclusive(db_mu_);
+  DbHandles old{txn_db_, db_, handles_};
+  CloseRocks(&old);
+  Adopt(DbHandles());
+  // Dedup answers must come from the reopened database.
+  registry_.ForgetSizes();
+  StoreOptions reopen = options_;
+  reopen.create_if_missing = false;
+  DbHandles fresh;
+  Status s = OpenRocks(path_, reopen, /*read_only=*/false, env_, &fresh);
+  if (s.ok()) {
+    Adopt(fresh);
+    needs_resume_ = false;
+    recovery_error_ = Status::OK();
+    return Status::OK();
+  }
+  // Opening for writing needs space (a new WAL, the recovered memtable's
+  // table file). Until the next write retries, serve reads from a read-only
+  // instance, which writes nothing.
+  recovery_error_ = s;
+  DbHandles reader;
+  if (OpenRocks(path_, reopen, /*read_only=*/true, env_, &reader).ok()) Adopt(reader);
+  return s.WithContext("reopen after a failed write");
+}
+
+Status RocksStore::CheckWrite(const rocksdb::Status& s, std::string_view context) {
+  // No mutex: callers hold db_mu_ shared, and PrepareWrite holds
+  // resume_mu_ while it waits for db_mu_ exclusively.
+  if (!s.ok() && !s.IsBusy() && !s.IsInvalidArgument()) needs_resume_.store(true);
   return FromRocks(s, context);
 }
 
@@ -297,7 +337,8 @@ Result<std::vector<int64_t>> RocksStore::ListSteps() {
 }
 
 Result<std::vector<SnapshotInfo>> RocksStore::List() {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   return ListLocked();
 }
 
@@ -316,7 +357,8 @@ Result<std::vector<SnapshotInfo>> RocksStore::ListLocked() {
 }
 
 Result<std::optional<int64_t>> RocksStore::Latest() {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
   it->SeekToLast();
   if (!it->Valid()) {
@@ -329,7 +371,8 @@ Result<std::optional<int64_t>> RocksStore::Latest() {
 }
 
 Result<SnapshotInfo> RocksStore::Info(int64_t step) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(StepName(step));
   if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
@@ -337,7 +380,8 @@ Result<SnapshotInfo> RocksStore::Info(int64_t step) {
 }
 
 Result<std::string> RocksStore::Manifest(int64_t step) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(StepName(step));
   if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
@@ -345,7 +389,8 @@ Result<std::string> RocksStore::Manifest(int64_t step) {
 }
 
 Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   // Read the snapshot record and its tensors from one consistent view.
   const rocksdb::Snapshot* view = db_->GetSnapshot();
   std::unique_ptr<const rocksdb::Snapshot, std::function<void(const rocksdb::Snapshot*)>> release(
@@ -379,7 +424,8 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
 }
 
 Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::string_view role) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string name = StepName(step) + ": tensor param_id " + std::to_string(param_id) + " role " +
                            std::string(role);
   std::string value;
@@ -401,7 +447,8 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSli
 }
 
 Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string name = "read tensor param_id " + std::to_string(record.param_id) + " role " + record.role;
   if (dst_bytes != record.bytes) {
     return Status::InvalidArgument(name + ": destination has " + std::to_string(dst_bytes) + " bytes, tensor has " +
@@ -438,6 +485,8 @@ Result<std::unique_ptr<SnapshotWriter>> RocksStore::BeginSnapshot(int64_t step, 
 }
 
 Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(hash), &value);
   if (s.IsNotFound()) return std::optional<uint64_t>();
@@ -448,6 +497,8 @@ Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
 
 Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
   return CheckWrite(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
 }
@@ -457,6 +508,9 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
   std::lock_guard<std::mutex> lock(commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  if (txn_db_ == nullptr) return recovery_error_.WithContext("store reopened read-only after a failed write");
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
   std::unique_ptr<rocksdb::Transaction> txn(txn_db_->BeginTransaction(wo));
@@ -522,7 +576,6 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
     }
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records of " + StepName(step)));
   }
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
   return CheckWrite(db_->Write(wo, &batch), "delete snapshots");
@@ -532,6 +585,9 @@ Status RocksStore::Delete(int64_t step) {
   const std::string context = "delete " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
   std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(context);
   if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
@@ -542,6 +598,9 @@ Status RocksStore::Rollback(int64_t step) {
   const std::string context = "rollback to " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
   std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto data = ReadSnapshotRecord(step);
   if (!data.ok()) return data.status().WithContext(context);
   if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
@@ -584,7 +643,6 @@ Result<GcReport> RocksStore::EraseChunks(std::vector<ChunkHash> candidates, cons
       for (const ChunkHash& h : hashes) {
         TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunks_cf_, EncodeChunkKey(h)), "delete chunk"));
       }
-      TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
       return CheckWrite(db_->Write(rocksdb::WriteOptions(), &batch), "delete chunks");
     });
     TRAINSNAP_RETURN_IF_ERROR(s);
@@ -622,6 +680,9 @@ Result<GcReport> RocksStore::CollectGarbageLocked(const ProgressFn& progress) {
 Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("collect garbage"));
   std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("collect garbage"));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto report = CollectGarbageLocked(progress);
   if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
   return report;
@@ -673,6 +734,9 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
     return Status::InvalidArgument("prune: retention counts must be >= 0");
   }
   std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("prune"));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto report = PruneLocked(policy, /*full_gc=*/true);
   if (!report.ok()) return report.status().WithContext("prune " + path_);
   return report;
@@ -681,7 +745,8 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
 // --- verification and statistics ------------------------------------------------
 
 Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string context = "verify " + path_;
   std::vector<int64_t> steps;
   if (step) {
@@ -767,7 +832,8 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
 }
 
 Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string context = "stats " + path_;
   StoreStats stats;
   auto list = ListLocked();

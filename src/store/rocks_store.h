@@ -83,7 +83,10 @@ class RocksStore final : public Store {
   Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env);
   // After a failed write RocksDB refuses further writes until Resume(); the
   // next write calls it (and fails with its status while the disk is full).
+  // Called by every write operation before it takes db_mu_.
   Status PrepareWrite();
+  // Holds db_mu_ shared; an error when a failed recovery left no database.
+  Status AcquireView(std::shared_lock<std::shared_mutex>* lock);
   Status CheckWrite(const rocksdb::Status& s, std::string_view context);
   Status LoadOrCreateMeta(const StoreOptions& options);
   Status CheckWritable(std::string_view what) const;
@@ -128,8 +131,10 @@ class RocksStore final : public Store {
   ChunkRegistry registry_;
   // Serializes commits, deletes and garbage collection.
   std::mutex commit_mu_;
-  std::mutex resume_mu_;
-  bool needs_resume_ = false;  // guarded by resume_mu_
+  std::mutex resume_mu_;  // serializes recoveries
+  std::atomic<bool> needs_resume_{false};
+  Status recovery_error_;  // why db_ is null; guarded by db_mu_
+  StoreOptions options_;   // as opened; for reopening after a failure
 };
 
 }  // namespace trainsnap::internal

@@ -18,6 +18,7 @@
 #include "store/keys.h"
 #include "store_test_util.h"
 #include "temp_dir.h"
+#include "testing/fault_injection_fs.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap {
@@ -622,6 +623,47 @@ TEST(RocksStoreTest, RetentionAppliesAfterEveryCommit) {
   EXPECT_EQ(stats->collectable_chunks, 0u);
   EXPECT_EQ(ReadFloats(**store, 4, 2), shared);
   EXPECT_EQ(ReadFloats(**store, 5, 1), data[4]);
+}
+
+TEST(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto fs = std::make_shared<FaultInjectionFS>();
+  auto env = NewFaultInjectionEnv(fs);
+  StoreOptions o = SmallChunks();
+  o.sync = true;
+  auto a = RandomFloats(5000, 110);
+  auto b = RandomFloats(5000, 111);
+  auto c = RandomFloats(5000, 112);
+  {
+    auto store = internal::RocksStore::OpenWritable(path, o, env.get());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+
+    fs->SetByteBudget(1000);  // the disk fills up while step 2 is written
+    auto full = WriteSnapshot(**store, 2, {{1, &b}});
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.status().code(), StatusCode::kNoSpace) << full.status().ToString();
+    EXPECT_EQ((*store)->Info(2).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1}));
+    // Still full: the next snapshot fails the same way instead of half-writing.
+    EXPECT_EQ(WriteSnapshot(**store, 3, {{1, &c}}).status().code(), StatusCode::kNoSpace);
+
+    fs->ClearFaults();  // space was freed
+    auto after = WriteSnapshot(**store, 3, {{1, &c}});
+    ASSERT_TRUE(after.ok()) << after.status().ToString();
+    EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1, 3}));
+    EXPECT_EQ(ReadFloats(**store, 1, 1), a);
+    EXPECT_EQ(ReadFloats(**store, 3, 1), c);
+  }
+  auto reopened = Store::Open(path, o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ(Steps(**reopened), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(ReadFloats(**reopened, 1, 1), a);
+  EXPECT_EQ(ReadFloats(**reopened, 3, 1), c);
+  auto verify = (*reopened)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
 }
 
 TEST(RocksStoreTest, RejectsBadOptions) {
