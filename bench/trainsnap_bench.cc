@@ -82,7 +82,7 @@ struct WorkloadResult {
   double loop_without_s = 0;
   double loop_with_s = 0;
   double memcpy_s = 0;
-  uint64_t store_du_bytes = 0;
+  DiskUsageBytes store_du;
   double restore_first_s = 0, restore_last_s = 0;
   double load_first_s = 0, load_last_s = 0;
   bool exact_first = false, exact_last = false;
@@ -237,7 +237,7 @@ Result<WorkloadResult> RunWorkload(const BenchOptions& opt, const WorkloadConfig
   }
   expected_last = CloneState(*w, full_state);
   w.reset();
-  res.store_du_bytes = DiskUsage(store_path);
+  res.store_du = DiskUsage(store_path);
   res.memcpy_s = MemcpySeconds(res.samples.back().info.logical_bytes, 5);
 
   // 3. Restore of the first and last snapshots into fresh objects, against
@@ -351,7 +351,8 @@ json ResultJson(const WorkloadResult& r) {
         {"ratio_vs_torch_save_trainable_zstd", Ratio(ts_median, tr_zstd_median)},
         {"ratio_vs_torch_save_full", Ratio(ts_median, full_median)}}},
       {"store",
-       {{"du_bytes", r.store_du_bytes},
+       {{"du_bytes", r.store_du.allocated},
+        {"du_apparent_bytes", r.store_du.apparent},
         {"sum_new_bytes", sum_new},
         {"sum_manifest_bytes", sum_manifest},
         {"logical_bytes_per_snapshot", logical},
@@ -421,7 +422,8 @@ void PrintTable(const json& results) {
       << "                            torch::save full+opt " << mb(b["torch_save_full_median"]) << " -> "
       << x(b["ratio_vs_torch_save_full"]) << "; +zstd " << mb(b["torch_save_full_zstd_median"])
       << (b["full_peer_same_as_trainable"].get<bool>() ? " (no frozen params: same as trainable)" : "") << "\n";
-    o << "  store after K             du " << mb(st["du_bytes"]) << ", sum new_bytes " << mb(st["sum_new_bytes"])
+    o << "  store after K             du " << mb(st["du_bytes"]) << " (apparent " << mb(st["du_apparent_bytes"])
+      << "), sum new_bytes " << mb(st["sum_new_bytes"])
       << " | K x torch::save trainable+opt " << mb(st["torch_save_trainable_total_bytes"]) << ", full+opt "
       << mb(st["torch_save_full_total_bytes"]) << "\n";
     o << "  stall per capture         median " << ms(sl["median_s"]) << ", p99 " << ms(sl["p99_s"]) << " | memcpy of "
@@ -480,11 +482,15 @@ Status WritePlot(const json& results, const std::string& png_path) {
        << "set output '" << png_path << "'\n"
        << "set multiplot layout 1," << results.size()
        << " title 'trainsnap vs torch::save: cumulative bytes written over K snapshots (MB, log scale)'\n"
-       << "set logscale y\nset grid\nset key top left\nset xlabel 'snapshot'\nset ylabel 'cumulative MB'\n";
+       << "set logscale y\nset grid\nset key top left\nset xlabel 'snapshot'\nset ylabel 'cumulative MB'\n"
+       << "set format x '%.0f'\n";
     int index = 0;
     for (const auto& w : results) {
       gp << "set title '" << w["name"].get<std::string>() << " (" << Fmt("%.1fM", w["trainable_params"].get<double>() / 1e6)
          << " trainable, " << Fmt("%.1fM", w["frozen_params"].get<double>() / 1e6) << " frozen)'\n";
+      const int64_t k = w["snapshots"].get<int64_t>();
+      gp << "set xrange [1:" << std::max<int64_t>(k, 2) << "]\n";
+      if (k <= 10) gp << "set xtics 1\n"; else gp << "set xtics autofreq\n";
       gp << "plot '" << dat_path << "' index " << index << " using 1:2 with lines lw 3 title 'trainsnap (new bytes)', "
          << "'' index " << index << " using 1:3 with lines lw 2 title 'torch::save trainable+opt', "
          << "'' index " << index << " using 1:4 with lines lw 2 dt 2 title 'torch::save trainable+opt + zstd'";

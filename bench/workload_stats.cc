@@ -26,15 +26,16 @@ double Percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-uint64_t DiskUsage(const std::string& dir) {
+DiskUsageBytes DiskUsage(const std::string& dir) {
+  DiskUsageBytes total;
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return 0;
-  uint64_t total = 0;
+  if (!std::filesystem::is_directory(dir, ec)) return total;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     struct stat st;
     if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      total += static_cast<uint64_t>(st.st_blocks) * 512;
+      total.allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+      total.apparent += static_cast<uint64_t>(st.st_size);
     }
   }
   return total;

@@ -14,9 +14,13 @@ double Median(std::vector<double> values);
 // Nearest-rank percentile, p in [0, 100]; 0 for an empty input.
 double Percentile(std::vector<double> values, double p);
 
-// Allocated bytes of every regular file under `dir` (what `du -s` counts:
-// st_blocks * 512). 0 when the directory does not exist.
-uint64_t DiskUsage(const std::string& dir);
+struct DiskUsageBytes {
+  uint64_t allocated = 0;  // st_blocks * 512, what `du -s` counts (includes preallocation)
+  uint64_t apparent = 0;   // st_size, what `du -s --apparent-size` counts
+};
+
+// Sizes of every regular file under `dir`; zeros when it does not exist.
+DiskUsageBytes DiskUsage(const std::string& dir);
 
 // Median seconds of one memcpy of `bytes` between two pre-faulted buffers,
 // over `reps` repetitions.
