@@ -43,6 +43,8 @@ struct StoreOptions {
   // Create the store if `path` does not exist. Open fails with NotFound otherwise.
   bool create_if_missing = true;
   // Applied (Prune) after every successful commit when retention.keep_last > 0.
+  // Only the chunks of the pruned snapshots are collected then (no full scan).
+  // A failure to prune does not fail the commit; the next commit retries.
   RetentionPolicy retention;
 };
 
@@ -151,6 +153,8 @@ struct SnapshotOptions {
 // thread-safe (encode tensors in parallel); Commit must be called once, after
 // every AddTensor returned. Destroying an uncommitted writer abandons the
 // snapshot: nothing becomes visible; chunks it wrote are left for GC.
+// Must not outlive its Store. After an AddTensor failed (other than by
+// validation), Commit returns Aborted: the snapshot would lack a tensor.
 class SnapshotWriter {
  public:
   virtual ~SnapshotWriter() = default;
@@ -174,7 +178,8 @@ class Store {
 
   // Opens (or creates) a store for writing. Busy if another process holds it.
   static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options = {});
-  // Opens an existing store for reading, also while a writer holds it.
+  // Opens an existing store for reading, also while a writer holds it
+  // (a RocksDB read-only instance; writes return NotSupported).
   static Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& path);
 
   virtual const std::string& path() const = 0;
@@ -191,19 +196,23 @@ class Store {
   virtual Result<std::vector<TensorRecord>> Tensors(int64_t step) = 0;  // by (param_id, role)
   virtual Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) = 0;
   // Decodes `record` into dst (dst_bytes must equal record.bytes), verifying
-  // every chunk's hash. Corruption names the chunk. dst is unspecified on error.
+  // every chunk's hash. Corruption names the chunk (also for a referenced
+  // chunk missing from the store). dst is unspecified on error.
   virtual Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) = 0;
 
   // --- writing -----------------------------------------------------------
   virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(int64_t step,
                                                                const SnapshotOptions& options = {}) = 0;
   virtual Status Delete(int64_t step) = 0;    // NotFound if absent; chunks stay until GC
-  virtual Status Rollback(int64_t step) = 0;  // deletes every snapshot with a later step
+  // Deletes every snapshot with a later step; NotFound if `step` itself is not stored.
+  virtual Status Rollback(int64_t step) = 0;
   // Deletes every chunk that no committed snapshot (and no writer in flight)
   // references. Safe at any crash point.
   virtual Result<GcReport> CollectGarbage(const ProgressFn& progress = {}) = 0;
   // Re-reads and re-hashes every chunk of `step` (or of every snapshot).
   // Problems are reported in the VerifyReport; the Status is for failures to run.
+  // A referenced chunk that is missing is a NotFound problem; a damaged one,
+  // Corruption. NotFound status when `step` is given and not stored.
   virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
                                       const ProgressFn& progress = {}) = 0;
   // Deletes the snapshots `policy` does not keep, then collects garbage.
