@@ -89,6 +89,7 @@ class RocksStore final : public Store {
   Status AcquireView(std::shared_lock<std::shared_mutex>* lock);
   Status CheckWrite(const rocksdb::Status& s, std::string_view context);
   Status LoadOrCreateMeta(const StoreOptions& options);
+  Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
   Result<std::vector<int64_t>> ListSteps();

@@ -674,6 +674,15 @@ TEST(RocksStoreTest, RejectsBadOptions) {
   o = StoreOptions();
   o.threads = -1;
   EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  o = StoreOptions();
+  o.chunk_bytes = 8;  // smaller than a complex128 element
+  EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  o.chunk_bytes = (size_t{1} << 30) + 1;
+  EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  o.retention.keep_last = -2;
+  o.chunk_bytes = 0;
+  EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));  // nothing was created
 }
 
 }  // namespace
