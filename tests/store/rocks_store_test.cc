@@ -10,7 +10,9 @@
 
 #include <filesystem>
 
+#include <atomic>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "raw_db.h"
@@ -664,6 +666,78 @@ TEST(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
   auto verify = (*reopened)->Verify();
   ASSERT_TRUE(verify.ok());
   EXPECT_TRUE(verify->ok());
+}
+
+TEST(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  // A pool of contents that snapshots draw from, so that writers keep
+  // deduplicating against chunks that deletes just made garbage.
+  std::vector<std::vector<float>> contents;
+  for (int i = 0; i < 6; ++i) contents.push_back(RandomFloats(2500, 200 + i));
+  std::atomic<bool> done{false};
+  std::atomic<int> gc_runs{0};
+  std::thread collector([&] {
+    while (!done.load()) {
+      auto gc = (*store)->CollectGarbage();
+      EXPECT_TRUE(gc.ok()) << gc.status().ToString();
+      ++gc_runs;
+    }
+  });
+  for (int step = 1; step <= 40; ++step) {
+    const auto& x = contents[step % contents.size()];
+    const auto& y = contents[(step * 7) % contents.size()];
+    ASSERT_TRUE(WriteSnapshot(**store, step, {{1, &x}, {2, &y}}).ok());
+    if (step > 2) {
+      ASSERT_TRUE((*store)->Delete(step - 2).ok());
+    }
+    EXPECT_EQ(ReadFloats(**store, step, 1), x);
+    EXPECT_EQ(ReadFloats(**store, step, 2), y);
+  }
+  done = true;
+  collector.join();
+  EXPECT_GT(gc_runs.load(), 0);
+  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{39, 40}));
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->collectable_chunks, 0u);
+  // Exactly the chunks of the two remaining snapshots are left.
+  std::set<std::string> live;
+  for (int64_t step : {39, 40}) {
+    auto records = (*store)->Tensors(step);
+    ASSERT_TRUE(records.ok());
+    for (const auto& r : *records) {
+      for (const auto& c : r.chunks) live.insert(c.hash.Hex());
+    }
+  }
+  EXPECT_EQ(live.size(), 6u);  // steps 39 and 40 each hold one content twice: 2 x 3 chunks
+  EXPECT_EQ(stats->chunks, live.size());
+}
+
+TEST(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto a = RandomFloats(4, 300);
+  auto writer = (*store)->BeginSnapshot(1);
+  ASSERT_TRUE(writer.ok());
+  for (auto [id, role] : std::vector<std::pair<uint64_t, std::string>>{
+           {300, "param"}, {2, "param"}, {2, "exp_avg"}, {1ull << 40, "grad"}, {2, "exp_avg_sq"}}) {
+    ASSERT_TRUE((*writer)->AddTensor(View(id, role, a)).ok());
+  }
+  ASSERT_TRUE((*writer)->Commit().ok());
+  auto tensors = (*store)->Tensors(1);
+  ASSERT_TRUE(tensors.ok());
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& t : *tensors) order.emplace_back(t.param_id, t.role);
+  EXPECT_EQ(order, (std::vector<std::pair<uint64_t, std::string>>{
+                       {2, "exp_avg"}, {2, "exp_avg_sq"}, {2, "param"}, {300, "param"}, {1ull << 40, "grad"}}));
 }
 
 TEST(RocksStoreTest, RejectsBadOptions) {
