@@ -91,6 +91,11 @@ rocksdb::DBOptions BaseDbOptions() {
   rocksdb::DBOptions o;
   o.paranoid_checks = true;
   o.keep_log_file_num = 4;
+  // Snapshot and tensor records are small: their memtables seldom fill, and a
+  // WAL file lives until every CF with data in it is flushed. Bound the WAL
+  // (RocksDB's default bound is 4x all memtables, ~2.5 GiB here): past this,
+  // RocksDB flushes the CFs that pin the oldest WAL file.
+  o.max_total_wal_size = uint64_t{256} << 20;
   return o;
 }
 
