@@ -87,10 +87,22 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
   };
 }
 
+// RocksDB's info log is a file in the database directory. On a full disk
+// its writer fails, and Debian's librocksdb (built with assertions) aborts the
+// process on the next log line. Read-only openers would also replace the
+// writer's LOG file. trainsnap reports errors through Status instead.
+class DiscardLogger final : public rocksdb::Logger {
+ public:
+  DiscardLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::HEADER_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
 rocksdb::DBOptions BaseDbOptions() {
   rocksdb::DBOptions o;
   o.paranoid_checks = true;
-  o.keep_log_file_num = 4;
+  static const auto logger = std::make_shared<DiscardLogger>();
+  o.info_log = logger;
   // Snapshot and tensor records are small: their memtables seldom fill, and a
   // WAL file lives until every CF with data in it is flushed. Bound the WAL
   // (RocksDB's default bound is 4x all memtables, ~2.5 GiB here): past this,
