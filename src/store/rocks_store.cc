@@ -13,7 +13,6 @@
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
-#include <rocksdb/utilities/transaction.h>
 #include <rocksdb/write_batch.h>
 
 #include "store.pb.h"
@@ -562,12 +561,17 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   if (txn_db_ == nullptr) return recovery_error_.WithContext("store reopened read-only after a failed write");
+  // One atomic WriteBatch through the OptimisticTransactionDB. Not an
+  // OptimisticTransaction: commits are serialized by commit_mu_ in the only
+  // writer process, so there is nothing to validate, and its validation
+  // fails spuriously (TryAgain) when a memtable flush (e.g. forced by the
+  // WAL bound) happens between the transaction's begin and its commit.
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
-  std::unique_ptr<rocksdb::Transaction> txn(txn_db_->BeginTransaction(wo));
+  rocksdb::WriteBatch batch;
   const std::string step_key = EncodeStepKey(info.step);
   std::string existing;
-  rocksdb::Status s = txn->GetForUpdate(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
   if (s.ok()) {
     if (!replace_existing) return Status::AlreadyExists(StepName(info.step) + " is already stored");
     // Replacing: the old tensor records go in the same transaction.
@@ -578,7 +582,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
     if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
     for (it->Seek(prefix); it->Valid(); it->Next()) {
-      TRAINSNAP_RETURN_IF_ERROR(FromRocks(txn->Delete(tensors_cf_, it->key()), "delete old tensor record"));
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(tensors_cf_, it->key()), "delete old tensor record"));
     }
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan old tensor records"));
   } else if (!s.IsNotFound()) {
@@ -586,14 +590,14 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   }
   for (const TensorRecord& r : records) {
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(
-        txn->Put(tensors_cf_, EncodeTensorKey(info.step, r.param_id, r.role), SerializeTensorRecord(r)),
+        batch.Put(tensors_cf_, EncodeTensorKey(info.step, r.param_id, r.role), SerializeTensorRecord(r)),
         "write tensor record"));
   }
   info.manifest_bytes = manifest.size();
   TRAINSNAP_RETURN_IF_ERROR(
-      FromRocks(txn->Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
+      FromRocks(batch.Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
-  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(txn->Commit(), "commit transaction"));
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), "commit"));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   if (retention_.keep_last > 0) {
