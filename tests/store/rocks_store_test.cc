@@ -459,6 +459,17 @@ TEST(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   EXPECT_EQ(verify->chunks, 6u);
   EXPECT_EQ(verify->bytes, 24000u);
 
+  // Deletes and garbage collection by the writer show after a refresh.
+  ASSERT_TRUE((*writer_store)->Delete(1).ok());
+  ASSERT_TRUE((*writer_store)->CollectGarbage().ok());
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1, 2}));
+  ASSERT_TRUE((*reader)->Refresh().ok());
+  EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{2}));
+  EXPECT_EQ(ReadFloats(**reader, 2, 1), b);
+  auto stats = (*reader)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->chunks, 3u);
+
   EXPECT_EQ((*reader)->BeginSnapshot(3).status().code(), StatusCode::kNotSupported);
   EXPECT_EQ((*reader)->Delete(1).code(), StatusCode::kNotSupported);
   EXPECT_EQ((*reader)->Rollback(1).code(), StatusCode::kNotSupported);
