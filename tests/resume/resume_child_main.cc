@@ -1,7 +1,8 @@
 // The training process of the bit-exact resume test: trains the workload from
-// the start, captures a snapshot after every micro-step (step = micro-step
-// index) and, once Capture returned, writes the step as 8 raw bytes to the
-// acknowledgement pipe, then waits for one byte on the go pipe before the
+// the start and captures a snapshot after every micro-step (step = micro-step
+// index). Around each Capture it writes 8 raw bytes to the acknowledgement
+// pipe: ~step (negative) when Capture starts, step once it returned. Then it
+// waits for one byte on the go pipe before the
 // next micro-step (lock-step, so that the test knows how far it can get: at
 // most one micro-step past the last byte it sent). The test SIGKILLs it at a
 // moment of its choosing.
@@ -55,6 +56,8 @@ Status Train(const std::string& store_path, OptimizerKind kind, int ack_fd, int 
   while (run.cursor().position() < kTotalMicroSteps) {
     const int64_t step = run.cursor().position();
     TRAINSNAP_RETURN_IF_ERROR(run.MicroStep());
+    const int64_t started = ~step;
+    if (!WriteAll(ack_fd, &started, sizeof(started))) return Status::IOError("ack pipe write failed");
     TRAINSNAP_RETURN_IF_ERROR(checkpointer.Capture(step, run.State()).WithContext("capture"));
     if (!WriteAll(ack_fd, &step, sizeof(step))) return Status::IOError("ack pipe write failed");
     if (!ReadByte(go_fd)) return Status::Aborted("go pipe closed");
