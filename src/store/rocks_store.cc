@@ -136,8 +136,14 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   if (options.retention.keep_last < 0 || options.retention.keep_every < 0) {
     return Status::InvalidArgument(context + ": retention counts must be >= 0");
   }
-  if (!StoreExists(path) && !options.create_if_missing) {
-    return Status::NotFound(context + ": no store at this path (create_if_missing is false)");
+  if (!StoreExists(path)) {
+    if (!options.create_if_missing) {
+      return Status::NotFound(context + ": no store at this path (create_if_missing is false)");
+    }
+    // RocksDB creates only the last path component.
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    if (ec) return Status::IOError(context + ": create directory: " + ec.message());
   }
   store->zstd_level_ = options.zstd_level == 0 ? 3 : options.zstd_level;
   store->sync_ = options.sync;

@@ -751,6 +751,17 @@ TEST(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
                        {2, "exp_avg"}, {2, "exp_avg_sq"}, {2, "param"}, {300, "param"}, {1ull << 40, "grad"}}));
 }
 
+TEST(RocksStoreTest, OpenCreatesMissingParentDirectories) {
+  TempDir dir;
+  const std::string path = dir.Sub("runs/lora/ckpt");
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->path(), path);
+  auto a = RandomFloats(10, 400);
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+  EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
+}
+
 TEST(RocksStoreTest, RejectsBadOptions) {
   TempDir dir;
   StoreOptions o;
