@@ -1,0 +1,226 @@
+// Round trips through a real store: every optimizer's state, mid-window and
+// at window boundaries, tied parameters, several models and optimizers; the
+// restored objects then train on bit-identically.
+#include "restore/restore_snapshot.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "capture/training_rig.h"
+#include "trainsnap/checkpointer.h"
+
+namespace trainsnap {
+namespace {
+
+using capture_test::Fingerprint;
+using capture_test::FirstDifference;
+using capture_test::LoraNet;
+using capture_test::Opt;
+using capture_test::Rig;
+using capture_test::TempStore;
+using capture_test::Trainable;
+
+// Runs `micro_steps` on `rig` starting from the CPU generator state `rng`.
+std::map<std::string, torch::Tensor> Continue(Rig& rig, const torch::Tensor& rng, int micro_steps) {
+  capture_test::SetCpuRngState(rng);
+  for (int i = 0; i < micro_steps; ++i) rig.MicroStep();
+  return Fingerprint(rig.State());
+}
+
+class RoundTripTest : public ::testing::TestWithParam<Opt> {};
+
+TEST_P(RoundTripTest, MidWindowSnapshotRestoresBitwiseAndTrainsOnIdentically) {
+  TempStore ts;
+  Rig reference(GetParam());
+  for (int i = 0; i < 7; ++i) reference.MicroStep();  // two windows and one micro-step
+  ASSERT_EQ(reference.window.micro_step, 1);
+  Checkpointer writer(*ts.store);
+  ASSERT_TRUE(writer.Capture(7, reference.State()).ok());
+  const auto expected = Fingerprint(reference.State());
+  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+
+  // A second process's objects: same architecture and base, different history.
+  Rig resumed(GetParam());
+  for (int i = 0; i < 4; ++i) resumed.MicroStep();
+  torch::manual_seed(777);
+  ASSERT_NE(FirstDifference(expected, Fingerprint(resumed.State())), "");
+  Checkpointer reader(*ts.store);
+  Status status = reader.RestoreLatest(resumed.State());
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(FirstDifference(expected, Fingerprint(resumed.State())), "");
+
+  // Both go on for two more windows and a bit: identical bit for bit.
+  auto reference_after = Continue(reference, rng, 8);
+  auto resumed_after = Continue(resumed, rng, 8);
+  EXPECT_EQ(FirstDifference(reference_after, resumed_after), "");
+}
+
+TEST_P(RoundTripTest, WindowBoundarySnapshotRestoresZeroedGradients) {
+  TempStore ts;
+  Rig reference(GetParam());
+  for (int i = 0; i < 6; ++i) reference.MicroStep();
+  ASSERT_EQ(reference.window.micro_step, 0);
+  ASSERT_TRUE(reference.model->l1->lora_a.grad().defined());  // zero_grad() keeps zero-filled grads
+  Checkpointer writer(*ts.store);
+  ASSERT_TRUE(writer.Capture(6, reference.State()).ok());
+  const auto expected = Fingerprint(reference.State());
+  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+
+  Rig resumed(GetParam());  // never ran backward: every gradient undefined
+  ASSERT_FALSE(resumed.model->l1->lora_a.grad().defined());
+  Status status = Checkpointer(*ts.store).Restore(6, resumed.State());
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(FirstDifference(expected, Fingerprint(resumed.State())), "");
+  EXPECT_EQ(FirstDifference(Continue(reference, rng, 5), Continue(resumed, rng, 5)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, RoundTripTest,
+                         ::testing::Values(Opt::kAdam, Opt::kAdamAmsgrad, Opt::kAdamW, Opt::kSgdMomentum,
+                                           Opt::kRmsProp, Opt::kAdagrad));
+
+TEST(RestoreSnapshotTest, UndefinedGradientsStayUndefined) {
+  TempStore ts;
+  Rig fresh(Opt::kAdam);  // no backward yet
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(0, fresh.State()).ok());
+  Rig trained(Opt::kAdam);
+  trained.MicroStep();
+  ASSERT_TRUE(trained.model->l2->lora_b.grad().defined());
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(0, trained.State()).ok());
+  for (const auto& p : Trainable(*trained.model)) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(trained.optimizer->state().size(), 0u);
+}
+
+TEST(RestoreSnapshotTest, RestoreGradientsFalseLeavesGradientsAlone) {
+  TempStore ts;
+  Rig a(Opt::kAdam);
+  a.MicroStep();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(1, a.State()).ok());
+  Rig b(Opt::kAdam);
+  b.MicroStep();
+  b.MicroStep();
+  torch::Tensor grad_before = b.model->l1->lora_a.grad().clone();
+  RestoreOptions options;
+  options.restore_gradients = false;
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(1, b.State(), options).ok());
+  EXPECT_TRUE(capture_test::BitwiseEqual(b.model->l1->lora_a.grad(), grad_before));
+  EXPECT_TRUE(capture_test::BitwiseEqual(b.model->l1->lora_a, a.model->l1->lora_a));
+}
+
+std::shared_ptr<torch::nn::Module> TiedModel() {
+  auto root = std::make_shared<torch::nn::Module>();
+  auto enc = std::make_shared<torch::nn::Module>();
+  auto dec = std::make_shared<torch::nn::Module>();
+  torch::Tensor w = torch::randn({6, 6});
+  enc->register_parameter("w", w);
+  dec->register_parameter("w", w);
+  dec->register_parameter("b", torch::randn({6}));
+  root->register_module("enc", enc);
+  root->register_module("dec", dec);
+  return root;
+}
+
+void TiedStep(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  auto params = model.named_parameters();
+  torch::Tensor x = torch::randn({3, 6});
+  torch::Tensor y = torch::matmul(torch::matmul(x, params["enc.w"]), params["dec.w"].t()) + params["dec.b"];
+  y.pow(2).mean().backward();
+  optimizer.step();
+}
+
+TEST(RestoreSnapshotTest, TiedParametersRoundTrip) {
+  TempStore ts;
+  torch::manual_seed(1);
+  auto model = TiedModel();
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  TiedStep(*model, adam);
+  TrainingState state;
+  state.model = model.get();
+  state.optimizer = &adam;
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(1, state).ok());
+  auto info = ts.store->Info(1);
+  ASSERT_TRUE(info.ok());
+  // The tied tensor is stored once: w + b, their grads, exp_avg and exp_avg_sq.
+  EXPECT_EQ(info->logical_bytes, 4u * (36 + 6) * 4);
+
+  torch::manual_seed(2);
+  auto other = TiedModel();
+  torch::optim::Adam other_adam(other->parameters(), torch::optim::AdamOptions(0.5));
+  TrainingState target;
+  target.model = other.get();
+  target.optimizer = &other_adam;
+  Status status = Checkpointer(*ts.store).Restore(1, target);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(FirstDifference(Fingerprint(state), Fingerprint(target)), "");
+}
+
+// A GAN-style loop: two models, each with its own optimizer, one snapshot.
+struct Gan {
+  explicit Gan(uint64_t seed) {
+    torch::manual_seed(seed);
+    gen = torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 6));
+    disc = torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 1));
+    gen_opt = std::make_unique<torch::optim::Adam>(gen->parameters(), torch::optim::AdamOptions(2e-3).betas({0.5, 0.999}));
+    disc_opt = std::make_unique<torch::optim::SGD>(disc->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  }
+  TrainingState State() {
+    TrainingState state;
+    state.models = {{"gen", gen.ptr().get()}, {"disc", disc.ptr().get()}};
+    state.optimizers = {{"gen", gen_opt.get()}, {"disc", disc_opt.get()}};
+    return state;
+  }
+  void Step() {
+    torch::Tensor real = torch::randn({5, 6}) + 1.0;
+    torch::Tensor noise = torch::randn({5, 4});
+    disc_opt->zero_grad();
+    torch::Tensor fake = gen->forward(noise);
+    torch::Tensor d_loss = torch::softplus(-disc->forward(real)).mean() + torch::softplus(disc->forward(fake.detach())).mean();
+    d_loss.backward();
+    disc_opt->step();
+    gen_opt->zero_grad();
+    torch::softplus(-disc->forward(fake)).mean().backward();
+    gen_opt->step();
+  }
+  torch::nn::Sequential gen{nullptr}, disc{nullptr};
+  std::unique_ptr<torch::optim::Adam> gen_opt;
+  std::unique_ptr<torch::optim::SGD> disc_opt;
+};
+
+TEST(RestoreSnapshotTest, TwoModelsTwoOptimizersResumeBitExactly) {
+  TempStore ts;
+  Gan reference(1);
+  for (int i = 0; i < 3; ++i) reference.Step();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(3, reference.State()).ok());
+  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  const auto expected = Fingerprint(reference.State());
+
+  Gan resumed(2);
+  resumed.Step();
+  Status status = Checkpointer(*ts.store).Restore(3, resumed.State());
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(FirstDifference(expected, Fingerprint(resumed.State())), "");
+
+  capture_test::SetCpuRngState(rng);
+  for (int i = 0; i < 4; ++i) reference.Step();
+  auto reference_after = Fingerprint(reference.State());
+  capture_test::SetCpuRngState(rng);
+  for (int i = 0; i < 4; ++i) resumed.Step();
+  EXPECT_EQ(FirstDifference(reference_after, Fingerprint(resumed.State())), "");
+}
+
+TEST(RestoreSnapshotTest, ParamGroupOptionsAndSchedulerComeBack) {
+  TempStore ts;
+  Rig reference(Opt::kAdamW);
+  for (int i = 0; i < 9; ++i) reference.MicroStep();  // StepLR halved the lr once
+  EXPECT_EQ(reference.optimizer->param_groups()[0].options().get_lr(), 5e-3);
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(9, reference.State()).ok());
+  Rig resumed(Opt::kAdamW);
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(9, resumed.State()).ok());
+  EXPECT_EQ(resumed.optimizer->param_groups()[0].options().get_lr(), 5e-3);
+  EXPECT_EQ(internal::SchedulerStepCount(*resumed.scheduler), 3u);
+  EXPECT_EQ(resumed.cursor.position, 9);
+  EXPECT_EQ(resumed.window.micro_step, 0);
+}
+
+}  // namespace
+}  // namespace trainsnap
