@@ -466,6 +466,10 @@ TEST(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   ASSERT_TRUE((*reader)->Refresh().ok());
   EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{2}));
   EXPECT_EQ(ReadFloats(**reader, 2, 1), b);
+  auto tensors = (*reader)->Tensors(2);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  ASSERT_EQ(tensors->size(), 1u);
+  EXPECT_EQ((*tensors)[0].chunks.size(), 3u);
   auto stats = (*reader)->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->chunks, 3u);
