@@ -1,12 +1,10 @@
 #include "store/rocks_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
+#include <cstdarg>
 #include <filesystem>
-#include <set>
 #include <shared_mutex>
 #include <thread>
 
