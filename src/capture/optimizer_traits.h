@@ -170,9 +170,9 @@ Status VisitOptimizer(torch::optim::Optimizer& optimizer, Visitor&& visit) {
   if (dynamic_cast<torch::optim::RMSprop*>(&optimizer)) return visit(RMSpropTraits{});
   if (dynamic_cast<torch::optim::Adagrad*>(&optimizer)) return visit(AdagradTraits{});
   if (dynamic_cast<torch::optim::LBFGS*>(&optimizer)) {
-    return Status::NotSupported("optimizer LBFGS is not supported (its state is a closure history)");
+    return Status::NotSupported("type LBFGS is not supported (its state is a closure history)");
   }
-  return Status::NotSupported("optimizer " + c10::demangle(typeid(optimizer).name()) +
+  return Status::NotSupported("type " + c10::demangle(typeid(optimizer).name()) +
                               " is not supported (supported: Adam, AdamW, SGD, RMSprop, Adagrad)");
 }
 

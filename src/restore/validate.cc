@@ -35,7 +35,8 @@ Status CheckTensor(const std::string& what, const Message& expected, const torch
   Result<DType> dtype = ToDType(actual.scalar_type());
   if (!dtype.ok() || static_cast<uint32_t>(*dtype) != expected.dtype()) {
     return Status::ContractMismatch(what + ": expected dtype " + DTypeString(expected.dtype()) + ", actual " +
-                                    c10::toString(actual.scalar_type()));
+                                    (dtype.ok() ? std::string(DTypeName(*dtype))
+                                                : std::string(c10::toString(actual.scalar_type()))));
   }
   return Status::OK();
 }

@@ -75,9 +75,15 @@ TEST_P(RoundTripTest, WindowBoundarySnapshotRestoresZeroedGradients) {
   EXPECT_EQ(FirstDifference(Continue(reference, rng, 5), Continue(resumed, rng, 5)), "");
 }
 
+std::string OptName(const ::testing::TestParamInfo<Opt>& info) {
+  static const char* const kNames[] = {"Adam", "AdamAmsgrad", "AdamW", "SgdMomentum", "RmsProp", "Adagrad"};
+  return kNames[static_cast<int>(info.param)];
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, RoundTripTest,
                          ::testing::Values(Opt::kAdam, Opt::kAdamAmsgrad, Opt::kAdamW, Opt::kSgdMomentum,
-                                           Opt::kRmsProp, Opt::kAdagrad));
+                                           Opt::kRmsProp, Opt::kAdagrad),
+                         OptName);
 
 TEST(RestoreSnapshotTest, UndefinedGradientsStayUndefined) {
   TempStore ts;
