@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -76,7 +77,9 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
                 IODebugContext* d) const override {
     IOStatus s = fs_->MaybeFail(FsOp::kRead, fname_);
     if (!s.ok()) return s;
-    return target()->Read(offset, n, o, result, scratch, d);
+    s = target()->Read(offset, n, o, result, scratch, d);
+    if (s.ok()) fs_->MaybeCorruptRead(fname_, result, scratch);
+    return s;
   }
   IOStatus MultiRead(rocksdb::FSReadRequest* reqs, size_t num_reqs, const IOOptions& o,
                      IODebugContext* d) override {
@@ -85,7 +88,11 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
       for (size_t i = 0; i < num_reqs; ++i) reqs[i].status = s;
       return s;
     }
-    return target()->MultiRead(reqs, num_reqs, o, d);
+    s = target()->MultiRead(reqs, num_reqs, o, d);
+    for (size_t i = 0; s.ok() && i < num_reqs; ++i) {
+      if (reqs[i].status.ok()) fs_->MaybeCorruptRead(fname_, &reqs[i].result, reqs[i].scratch);
+    }
+    return s;
   }
 
  private:
@@ -101,7 +108,9 @@ class SequentialFile : public rocksdb::FSSequentialFileOwnerWrapper {
   IOStatus Read(size_t n, const IOOptions& o, Slice* result, char* scratch, IODebugContext* d) override {
     IOStatus s = fs_->MaybeFail(FsOp::kRead, fname_);
     if (!s.ok()) return s;
-    return target()->Read(n, o, result, scratch, d);
+    s = target()->Read(n, o, result, scratch, d);
+    if (s.ok()) fs_->MaybeCorruptRead(fname_, result, scratch);
+    return s;
   }
 
  private:
@@ -172,6 +181,44 @@ void FaultInjectionFS::ClearFaults() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Fault& f : faults_) f = Fault{};
   budget_armed_ = false;
+  flip_countdown_ = 0;
+  flip_firing_ = false;
+}
+
+void FaultInjectionFS::FlipBitOnRead(const std::string& suffix, uint64_t nth, bool persistent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  flip_suffix_ = suffix;
+  flip_countdown_ = nth;
+  flip_persistent_ = persistent;
+  flip_firing_ = false;
+}
+
+uint64_t FaultInjectionFS::reads_corrupted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reads_corrupted_;
+}
+
+void FaultInjectionFS::MaybeCorruptRead(const std::string& fname, Slice* result, char* scratch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (result->empty() || scratch == nullptr) return;
+  if (!flip_firing_ && flip_countdown_ == 0) return;
+  if (fname.size() < flip_suffix_.size() ||
+      fname.compare(fname.size() - flip_suffix_.size(), flip_suffix_.size(), flip_suffix_) != 0) {
+    return;
+  }
+  if (!flip_firing_) {
+    if (--flip_countdown_ > 0) return;
+    flip_firing_ = flip_persistent_;
+  }
+  // The data may live in a buffer of the base file (e.g. mmap): corrupt a copy.
+  if (result->data() != scratch) {
+    std::memmove(scratch, result->data(), result->size());
+    *result = Slice(scratch, result->size());
+  }
+  // A different byte and bit each time, deterministic for a given schedule.
+  const uint64_t k = reads_corrupted_++;
+  const size_t pos = static_cast<size_t>((result->size() / 2 + k * 7919) % result->size());
+  scratch[pos] = static_cast<char>(scratch[pos] ^ (1u << (k % 8)));
 }
 
 uint64_t FaultInjectionFS::Count(FsOp op) const {
@@ -368,6 +415,33 @@ IOStatus FaultInjectionFS::DropUnsyncedData() {
     }
     ++it;
   }
+  return IOStatus::OK();
+}
+
+IOStatus FaultInjectionFS::CopySyncedState(const std::string& dir, const std::string& dest) const {
+  namespace fs = std::filesystem;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::error_code ec;
+  fs::create_directories(dest, ec);
+  if (ec) return IOStatus::IOError("power-loss image: create " + dest + ": " + ec.message());
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = (fs::path(dir) / e.path().filename()).string();
+    uint64_t keep = UINT64_MAX;  // a file this FS never wrote: whole
+    auto it = files_.find(name);
+    if (it != files_.end()) {
+      if (!it->second.dir_synced) continue;  // the directory entry is lost
+      keep = it->second.synced_size;
+    }
+    const fs::path target = fs::path(dest) / e.path().filename();
+    fs::copy_file(e.path(), target, fs::copy_options::overwrite_existing, ec);
+    if (ec) return IOStatus::IOError("power-loss image: copy " + name + ": " + ec.message());
+    if (keep != UINT64_MAX && keep < fs::file_size(target, ec)) {
+      fs::resize_file(target, keep, ec);
+      if (ec) return IOStatus::IOError("power-loss image: truncate " + target.string() + ": " + ec.message());
+    }
+  }
+  if (ec) return IOStatus::IOError("power-loss image: list " + dir + ": " + ec.message());
   return IOStatus::OK();
 }
 

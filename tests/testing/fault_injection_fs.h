@@ -45,6 +45,22 @@ class FaultInjectionFS : public rocksdb::FileSystemWrapper {
   // deletes files created since their directory was last synced. Call only
   // while nothing has the files open (the DB is closed).
   rocksdb::IOStatus DropUnsyncedData();
+  // Copies directory `dir` to `dest` as a power loss at this instant would
+  // leave it, without touching `dir`: a file written through this FS keeps
+  // only its synced bytes, and is left out if its directory entry was never
+  // synced; files this FS never wrote are copied whole. The DB may stay open
+  // (a crash without a clean close), but no write may be in flight.
+  rocksdb::IOStatus CopySyncedState(const std::string& dir, const std::string& dest) const;
+
+  // --- corruption on read -------------------------------------------------------
+  // Flip one bit of the data returned by the `nth` read (1-based, counted from
+  // this call) of a file whose name ends with `suffix` (e.g. ".blob", ".sst";
+  // "" = any file); persistent: of every later such read too. The file itself
+  // is untouched. The reads that were corrupted are counted.
+  void FlipBitOnRead(const std::string& suffix, uint64_t nth, bool persistent);
+  uint64_t reads_corrupted() const;
+  // Called by the file wrappers after a successful read.
+  void MaybeCorruptRead(const std::string& fname, rocksdb::Slice* result, char* scratch);
 
   // --- FileSystem overrides --------------------------------------------------
   rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& opts,
@@ -99,6 +115,11 @@ class FaultInjectionFS : public rocksdb::FileSystemWrapper {
   uint64_t injected_ = 0;
   bool budget_armed_ = false;
   uint64_t budget_left_ = 0;
+  std::string flip_suffix_;
+  uint64_t flip_countdown_ = 0;  // 0 = disarmed
+  bool flip_persistent_ = false;
+  bool flip_firing_ = false;
+  uint64_t reads_corrupted_ = 0;
 };
 
 // An Env that routes file operations through `fs` (and everything else to the

@@ -1,0 +1,73 @@
+// Shared helpers of the reliability tests: snapshots whose content is a pure
+// function of the step (so a checker can recompute what was committed), bitwise
+// checks, and raw access to a closed store's RocksDB files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::testing {
+
+// Each test snapshot holds kTensorsPerStep tensors (param ids 1..3):
+//  1: float32 [1500], changes every step (a 4096 B chunk + a 1904 B tail),
+//  2: float32 [64, 16], the same in every step (deduplicated after the first),
+//  3: int64 [3], changes every step (a 24 B chunk).
+inline constexpr int kTensorsPerStep = 3;
+inline constexpr size_t kTestChunkBytes = 4096;
+
+struct StepTensor {
+  uint64_t param_id = 0;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// The tensors of `step`, a deterministic function of the step.
+std::vector<StepTensor> StepTensors(int64_t step);
+std::string StepManifest(int64_t step);
+
+// Store options of the tests: 4 KiB chunks, 2 threads, WAL synced per commit.
+StoreOptions TestStoreOptions(bool sync = true);
+
+// BeginSnapshot + AddTensor for every tensor + SetManifest + Commit. Returns
+// the first error. With commit = false the writer is destroyed uncommitted.
+Status WriteStep(Store& store, int64_t step, bool commit = true);
+
+// Manifest, tensor records and every tensor's bytes of `step` equal
+// StepTensors(step)/StepManifest(step) bit for bit.
+::testing::AssertionResult StepIsIntact(Store& store, int64_t step);
+// List() returns exactly `steps` (ascending) and each of them is intact.
+::testing::AssertionResult StoreHoldsExactly(Store& store, const std::vector<int64_t>& steps);
+
+// --- raw RocksDB access to a closed store ------------------------------------
+// Number of tensor records of `step` in the tensors column family.
+size_t CountTensorRecords(const std::string& path, int64_t step);
+// Writes (value != nullptr) or deletes one key of column family `cf`
+// ("meta", "snapshots", "tensors", "chunks") of a closed store, directly.
+void RawWrite(const std::string& path, const std::string& cf, const std::string& key, const std::string* value);
+// Reads one key of a closed store directly; NotFound as an empty optional.
+std::optional<std::string> RawGet(const std::string& path, const std::string& cf, const std::string& key);
+// Opens the store's database directly and flushes every column family to
+// table (and blob) files, so that nothing lives in the WAL any more.
+void FlushStore(const std::string& path);
+
+// Runs `fn` in a forked child process and returns what it returned, or, if
+// the child died (e.g. an assertion inside RocksDB aborted it, or it hung for
+// `timeout_s` and was killed), a description of how. Fork only from a process
+// that never opened a RocksDB database: RocksDB's background threads do not
+// survive a fork, and a child that needs them hangs. A fault-injection case
+// that crashes the process must fail its test, not end the test binary.
+std::string RunIsolated(const std::function<std::string()>& fn, unsigned timeout_s = 120);
+
+// Recursive copy of a directory (replacing `to`).
+void CopyDir(const std::string& from, const std::string& to);
+
+}  // namespace trainsnap::testing
