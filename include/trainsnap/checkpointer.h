@@ -79,10 +79,20 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Captures `state` as snapshot `step`. On error nothing becomes visible.
+  // Captures `state` as snapshot `step` (stage on this thread, then encode
+  // and commit). On error nothing becomes visible. InvalidArgument: a frozen
+  // parameter holds a gradient, tied names disagree, an optimizer holds a
+  // tensor of no captured model; NotSupported: LBFGS or an unknown optimizer;
+  // AlreadyExists: `step` is stored.
   Status Capture(int64_t step, const TrainingState& state);
-  // Restores snapshot `step` into `target`. On error every live object is
-  // left bitwise unchanged.
+  // Restores snapshot `step` into `target`, whose composition must match the
+  // snapshot's: same models (keys), trainable parameters (names, shapes,
+  // dtypes, tying), frozen base, optimizers (type, param-group membership),
+  // and scheduler/accumulation/extra present on both sides or neither; RNG is
+  // restored when target.rng is set. Mismatches are ContractMismatch naming
+  // the first difference; a damaged chunk is Corruption; an unknown manifest
+  // version is NotSupported. On error every live object is left bitwise
+  // unchanged (a Stateful that refuses its bytes is rolled back with the rest).
   Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options = {});
   // Restores the latest snapshot; NotFound when the store has none.
   Status RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});

@@ -6,9 +6,9 @@ namespace trainsnap::internal {
 
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   for (const StagedTensor& staged : snapshot.staging.tensors()) {
-    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged))
-                                  .WithContext("tensor " + std::to_string(staged.param_id) + " role " +
-                                               staged.role));
+    const std::string name = staged.name.empty() ? std::to_string(staged.param_id) : staged.name;
+    TRAINSNAP_RETURN_IF_ERROR(
+        writer.AddTensor(ViewOf(staged)).WithContext("tensor `" + name + "` role " + staged.role));
   }
   return Status::OK();
 }

@@ -1,5 +1,6 @@
 #include "capture/optimizer_state.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "capture/optimizer_traits.h"
@@ -21,6 +22,10 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
   out->set_type(Traits::kName);
   out->set_role_prefix(prefix);
   std::unordered_set<uint64_t> seen;
+  std::unordered_map<uint64_t, const std::string*> names;  // for error messages
+  for (const auto* entries : {&contract.trainable, &contract.frozen}) {
+    for (const ContractEntry& entry : *entries) names.emplace(entry.id, &entry.names.front());
+  }
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& group = groups[g];
@@ -51,7 +56,7 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
       state_out->set_step(Traits::Step(*state));
       for (const auto& [role, tensor] : Traits::Tensors(*state)) {
         if (!tensor.defined()) continue;
-        TRAINSNAP_RETURN_IF_ERROR(staging.Add(id, prefix + role, tensor));
+        TRAINSNAP_RETURN_IF_ERROR(staging.Add(id, prefix + role, tensor, *names.at(id)));
         state_out->add_roles(role);
       }
     }

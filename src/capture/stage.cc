@@ -26,7 +26,7 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot) {
   for (const std::string& name : entry.names) param->add_names(name);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, param));
   param->set_device(entry.tensor.device().str());
-  TRAINSNAP_RETURN_IF_ERROR(snapshot.staging.Add(entry.id, "param", entry.tensor));
+  TRAINSNAP_RETURN_IF_ERROR(snapshot.staging.Add(entry.id, "param", entry.tensor, entry.names.front()));
 
   const torch::Tensor& grad = entry.tensor.grad();
   if (!grad.defined()) {
@@ -45,7 +45,7 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot) {
     return Status::OK();
   }
   param->set_grad(proto::GRAD_STORED);
-  return snapshot.staging.AddHost(entry.id, "grad", std::move(host));
+  return snapshot.staging.AddHost(entry.id, "grad", std::move(host), entry.names.front());
 }
 
 Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnapshot& snapshot) {
@@ -55,7 +55,7 @@ Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnap
   for (const std::string& name : entry.names) out->add_names(name);
   out->set_role(role);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, out));
-  return snapshot.staging.Add(entry.id, role, entry.tensor);
+  return snapshot.staging.Add(entry.id, role, entry.tensor, entry.names.front());
 }
 
 }  // namespace

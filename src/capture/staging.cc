@@ -26,11 +26,11 @@ bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
   return size == 0 || std::memcmp(bytes, kZeros, size) == 0;
 }
 
-Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor) {
-  return AddHost(param_id, std::move(role), CopyToHost(tensor));
+Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name) {
+  return AddHost(param_id, std::move(role), CopyToHost(tensor), std::move(name));
 }
 
-Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host) {
+Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name) {
   TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(host.scalar_type()));
   if (!host.is_contiguous() || host.device().type() != c10::DeviceType::CPU) {
     return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
@@ -39,7 +39,7 @@ Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor h
     return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
   }
   bytes_ += host.nbytes();
-  tensors_.push_back({param_id, std::move(role), dtype, std::move(host)});
+  tensors_.push_back({param_id, std::move(role), dtype, std::move(host), std::move(name)});
   return Status::OK();
 }
 

@@ -20,6 +20,7 @@ struct StagedTensor {
   std::string role;
   DType dtype = DType::kUnknown;
   torch::Tensor host;  // contiguous CPU copy, owned by the staging area
+  std::string name;    // qualified parameter/buffer name, for error messages
 };
 
 // Not thread-safe; filled by one thread, then read-only.
@@ -32,9 +33,9 @@ class StagingArea {
 
   // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
   // duplicate (param_id, role); NotSupported for a dtype the store lacks.
-  Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor);
+  Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name = {});
   // Stages an existing host copy (from CopyToHost) without copying again.
-  Status AddHost(uint64_t param_id, std::string role, torch::Tensor host);
+  Status AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name = {});
 
   const std::vector<StagedTensor>& tensors() const { return tensors_; }
   uint64_t bytes() const { return bytes_; }
