@@ -1,0 +1,64 @@
+// Writes the fuzzers' seed corpora from real encoded values: chunks of
+// several dtypes and codecs, tensor and snapshot records, keys.
+//   make_fuzz_seeds <chunk dir> <record dir>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "store/chunk_codec.h"
+#include "store/chunk_hash.h"
+#include "store/keys.h"
+#include "store/records.h"
+
+using namespace trainsnap;
+using namespace trainsnap::internal;
+
+namespace {
+void Write(const std::string& dir, const std::string& name, const std::string& bytes) {
+  std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 1;
+  const std::string chunks = argv[1], records = argv[2];
+  std::vector<float> smooth(1024);
+  for (size_t i = 0; i < smooth.size(); ++i) smooth[i] = std::sin(0.01f * i);
+  std::vector<uint8_t> noise(3000);
+  uint32_t x = 12345;
+  for (uint8_t& b : noise) b = static_cast<uint8_t>((x = x * 1103515245 + 12345) >> 16);
+  int n = 0;
+  for (size_t width : {1, 2, 4, 8}) {
+    for (bool shuffle : {true, false}) {
+      ChunkEncodeOptions o;
+      o.element_size = width;
+      o.shuffle = shuffle;
+      std::string out;
+      if (EncodeChunk(smooth.data(), smooth.size() * 4, o, &out).ok()) Write(chunks, "smooth" + std::to_string(n++), out);
+      if (EncodeChunk(noise.data(), noise.size(), o, &out).ok()) Write(chunks, "noise" + std::to_string(n++), out);
+    }
+  }
+  TensorRecord r;
+  r.param_id = 7;
+  r.role = "param";
+  r.dtype = DType::kFloat32;
+  r.shape = {32, 32};
+  r.bytes = 4096;
+  r.chunks = {{HashChunk(smooth.data(), 2048), 2048, 900}, {HashChunk(smooth.data() + 512, 2048), 2048, 950}};
+  Write(records, "tensor_record", SerializeTensorRecord(r));
+  r.shape = {};
+  r.dtype = DType::kFloat64;
+  r.bytes = 8;
+  r.chunks = {{HashChunk(smooth.data(), 8), 8, 24}};
+  Write(records, "scalar_record", SerializeTensorRecord(r));
+  SnapshotInfo info;
+  info.step = 0x0102030405060708;
+  info.tensors = 2;
+  info.logical_bytes = 4104;
+  Write(records, "snapshot_record", SerializeSnapshotRecord(info, "manifest bytes"));
+  Write(records, "step_key", EncodeStepKey(-42));
+  Write(records, "tensor_key", EncodeTensorKey(12, 99, "exp_avg"));
+  return 0;
+}
