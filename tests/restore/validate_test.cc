@@ -145,6 +145,21 @@ TEST_F(ValidateTest, BaseShapeMismatch) {
   EXPECT_EQ(status.message(), "restore step 1: frozen base: parameter `l2.base.bias`: expected shape [16], actual [17]");
 }
 
+TEST_F(ValidateTest, TargetOnAnUnsupportedDevice) {
+  auto source = std::make_shared<torch::nn::Module>();
+  source->register_parameter("w", torch::ones({2}));
+  auto meta = std::make_shared<torch::nn::Module>();
+  meta->register_parameter("w", torch::empty({2}, torch::kMeta));
+  TrainingState state;
+  state.model = source.get();
+  ASSERT_TRUE(Checkpointer(*ts_.store).Capture(40, state).ok());
+  TrainingState target;
+  target.model = meta.get();
+  Status status = Checkpointer(*ts_.store).Restore(40, target);
+  EXPECT_EQ(status.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(status.message(), "restore step 40: tensor `w` lives on device meta; restore copies to CPU and CUDA only");
+}
+
 TEST_F(ValidateTest, OptimizerTypeAndGroupMismatch) {
   LoraNet other;
   torch::optim::SGD sgd(Trainable(*other), torch::optim::SGDOptions(0.1));
