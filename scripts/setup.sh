@@ -9,6 +9,7 @@ PACKAGES=(
   libtorch-dev libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-numpy gnuplot-nox zstd
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
