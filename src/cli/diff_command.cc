@@ -295,8 +295,8 @@ Status RunDiff(const DiffOptions& options) {
 
 Command AddDiffCommand(CLI::App& parent) {
   auto options = std::make_shared<DiffOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "diff", "Per parameter and role: fraction of changed chunks, max absolute difference and "
+  CLI::App* app = parent.add_subcommand("diff", "Compare two snapshots");
+  app->footer("Per parameter and role: fraction of changed chunks, max absolute difference and "
               "relative L2 change ||B-A||/||A|| (in float64); and contract differences.");
   app->add_option("store", options->store, "Path of the store")->required();
   app->add_option("a", options->a, "First snapshot step")->required();

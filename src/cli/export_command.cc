@@ -134,9 +134,9 @@ Status RunExport(const ExportOptions& options) {
 
 Command AddExportCommand(CLI::App& parent) {
   auto options = std::make_shared<ExportOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "export", "Writes a snapshot's tensors to a safetensors file or a torch::save archive. "
-                "Tensor names: the parameter name for role `param`, `<name>:<role>` otherwise.");
+  CLI::App* app = parent.add_subcommand("export", "Write a snapshot to safetensors or a torch archive");
+  app->footer("Writes a snapshot's tensors to a safetensors file or a torch::save archive. "
+              "Tensor names: the parameter name for role `param`, `<name>:<role>` otherwise.");
   app->add_option("store", options->store, "Path of the store")->required();
   app->add_option("step", options->step, "Snapshot step")->required();
   app->add_option("--format", options->format, "safetensors or torch")

@@ -90,8 +90,8 @@ Status RunList(const ListOptions& options) {
 
 Command AddListCommand(CLI::App& parent) {
   auto options = std::make_shared<ListOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "list", "One row per snapshot: step, time, tensors, logical/stored/new bytes, dedup and "
+  CLI::App* app = parent.add_subcommand("list", "List snapshots with sizes and ratios");
+  app->footer("One row per snapshot: step, time, tensors, logical/stored/new bytes, dedup and "
               "compression ratios; then totals. DEDUP = stored / new bytes, COMPRESSION = "
               "logical / stored bytes.");
   app->add_option("store", options->store, "Path of the store")->required();

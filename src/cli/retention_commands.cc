@@ -206,10 +206,10 @@ void AddCommon(CLI::App* app, DeleteOptions& options, const std::string& command
 Command AddRollbackCommand(CLI::App& parent) {
   auto options = std::make_shared<DeleteOptions>();
   options->steps.resize(1);
-  CLI::App* app = parent.add_subcommand(
-      "rollback", "Deletes every snapshot after STEP, then collects garbage. Shows what it will "
-                  "delete and asks on a terminal unless --yes; without a terminal it refuses "
-                  "unless --yes.");
+  CLI::App* app = parent.add_subcommand("rollback", "Delete every snapshot after STEP, then gc");
+  app->footer("Deletes every snapshot after STEP, then collects garbage. Shows what it will "
+              "delete and asks on a terminal unless --yes; without a terminal it refuses "
+              "unless --yes.");
   AddCommon(app, *options, "rollback", /*dry_run=*/true);
   app->add_option("step", options->steps.front(), "The snapshot to roll back to (kept)")->required();
   app->add_flag("-y,--yes", options->yes, "Do not ask for confirmation");
@@ -218,7 +218,8 @@ Command AddRollbackCommand(CLI::App& parent) {
 
 Command AddDeleteCommand(CLI::App& parent) {
   auto options = std::make_shared<DeleteOptions>();
-  CLI::App* app = parent.add_subcommand("delete", "Deletes the given snapshots, then collects garbage.");
+  CLI::App* app = parent.add_subcommand("delete", "Delete snapshots, then gc");
+  app->footer("Deletes the given snapshots, then collects garbage.");
   AddCommon(app, *options, "delete", /*dry_run=*/true);
   app->add_option("steps", options->steps, "Snapshot steps to delete")->required();
   return {app, [options] { return RunDelete(*options); }};
@@ -226,9 +227,9 @@ Command AddDeleteCommand(CLI::App& parent) {
 
 Command AddPruneCommand(CLI::App& parent) {
   auto options = std::make_shared<DeleteOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "prune", "Keeps the N newest snapshots and every step that is a multiple of K; deletes the "
-               "rest, then collects garbage (the library's RetentionPolicy).");
+  CLI::App* app = parent.add_subcommand("prune", "Apply a retention policy, then gc");
+  app->footer("Keeps the N newest snapshots and every step that is a multiple of K; deletes the "
+              "rest, then collects garbage (the library's RetentionPolicy).");
   AddCommon(app, *options, "prune", /*dry_run=*/true);
   app->add_option("--keep-last", options->policy.keep_last, "Newest snapshots to keep (>= 1)")
       ->required()
@@ -240,7 +241,8 @@ Command AddPruneCommand(CLI::App& parent) {
 
 Command AddGcCommand(CLI::App& parent) {
   auto options = std::make_shared<DeleteOptions>();
-  CLI::App* app = parent.add_subcommand("gc", "Deletes every chunk no snapshot references; reports the bytes reclaimed.");
+  CLI::App* app = parent.add_subcommand("gc", "Delete unreferenced chunks");
+  app->footer("Deletes every chunk no snapshot references; reports the bytes reclaimed.");
   AddCommon(app, *options, "gc", /*dry_run=*/false);
   return {app, [options] { return RunGc(*options); }};
 }

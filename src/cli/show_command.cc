@@ -228,8 +228,8 @@ Status RunShow(const ShowOptions& options) {
 
 Command AddShowCommand(CLI::App& parent) {
   auto options = std::make_shared<ShowOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "show", "A snapshot's manifest: contract (parameters, shapes, dtypes, tied names), model-state "
+  CLI::App* app = parent.add_subcommand("show", "Show a snapshot's manifest and tensors");
+  app->footer("A snapshot's manifest: contract (parameters, shapes, dtypes, tied names), model-state "
               "selection, base identity, optimizers and their groups, scheduler, accumulation window, "
               "extra keys; and its tensors with their sizes.");
   app->add_option("store", options->store, "Path of the store")->required();

@@ -84,9 +84,9 @@ Status RunStats(const StatsOptions& options) {
 
 Command AddStatsCommand(CLI::App& parent) {
   auto options = std::make_shared<StatsOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "stats", "RocksDB table/blob/WAL sizes, chunk counts, dedup and compression ratios, "
-               "collectable bytes.");
+  CLI::App* app = parent.add_subcommand("stats", "Store sizes, chunk counts, ratios, collectable bytes");
+  app->footer("RocksDB table/blob/WAL sizes, chunk counts, dedup and compression ratios, "
+              "collectable bytes.");
   app->add_option("store", options->store, "Path of the store")->required();
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.stats/1, docs/cli.md)");
   return {app, [options] { return RunStats(*options); }};

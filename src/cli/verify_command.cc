@@ -100,10 +100,10 @@ Status RunVerify(const VerifyOptions& options) {
 
 Command AddVerifyCommand(CLI::App& parent) {
   auto options = std::make_shared<VerifyOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "verify", "Re-reads and re-hashes every chunk of STEP, or of every snapshot (--all, the "
-                "default); lists each bad step / parameter / role / chunk. Exit code 3 when "
-                "corruption is found.");
+  CLI::App* app = parent.add_subcommand("verify", "Re-hash every chunk; exit 3 on corruption");
+  app->footer("Re-reads and re-hashes every chunk of STEP, or of every snapshot (--all, the "
+              "default); lists each bad step / parameter / role / chunk. Exit code 3 when "
+              "corruption is found.");
   app->add_option("store", options->store, "Path of the store")->required();
   CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)");
   app->add_flag("--all", options->all, "Verify every snapshot")->excludes(step);

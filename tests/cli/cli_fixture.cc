@@ -1,0 +1,201 @@
+#include "cli_fixture.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <rocksdb/db.h>
+
+namespace trainsnap::cli_test {
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace
+
+nlohmann::json CliRun::Json() const {
+  auto parsed = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(parsed.is_discarded()) << "stdout is not JSON:\n" << out << "\nstderr:\n" << err;
+  return parsed.is_discarded() ? nlohmann::json() : parsed;
+}
+
+CliRun RunProgram(const std::string& program, const std::vector<std::string>& args) {
+  char out_template[] = "/tmp/trainsnap_cli_out_XXXXXX";
+  char err_template[] = "/tmp/trainsnap_cli_err_XXXXXX";
+  int out_fd = mkstemp(out_template);
+  int err_fd = mkstemp(err_template);
+  CliRun run;
+  if (out_fd < 0 || err_fd < 0) {
+    ADD_FAILURE() << "mkstemp: " << std::strerror(errno);
+    return run;
+  }
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(out_fd);
+  close(err_fd);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = ReadFile(out_template);
+  run.err = ReadFile(err_template);
+  unlink(out_template);
+  unlink(err_template);
+  return run;
+}
+
+CliRun RunCli(const std::vector<std::string>& args) { return RunProgram(TRAINSNAP_CLI_PATH, args); }
+
+std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> RandomFloats(size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(elements * DTypeSize(dtype));
+  if (dtype == DType::kBool) {
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 1);
+  } else if (dtype == DType::kFloat32) {
+    auto floats = RandomFloats(elements, seed);
+    std::memcpy(bytes.data(), floats.data(), bytes.size());
+  } else if (dtype == DType::kFloat64) {
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    for (size_t i = 0; i < elements; ++i) {
+      double v = dist(rng);
+      std::memcpy(bytes.data() + i * 8, &v, 8);
+    }
+  } else if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {
+    // Finite values only: exponent field never all-ones.
+    for (size_t i = 0; i < elements; ++i) {
+      uint16_t v = static_cast<uint16_t>(rng());
+      if (dtype == DType::kFloat16) v &= 0xBBFF; else v &= 0xBF7F;
+      std::memcpy(bytes.data() + i * 2, &v, 2);
+    }
+  } else {
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  }
+  return bytes;
+}
+
+StoreOptions TestStoreOptions() {
+  StoreOptions options;
+  options.chunk_bytes = 4096;
+  options.sync = false;
+  options.threads = 2;
+  return options;
+}
+
+Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
+                                   const std::string& manifest) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store.BeginSnapshot(step));
+  for (const TensorSpec& t : tensors) {
+    TensorView view;
+    view.param_id = t.param_id;
+    view.role = t.role;
+    view.dtype = t.dtype;
+    view.shape = t.shape;
+    view.data = t.data.data();
+    view.size_bytes = t.data.size();
+    TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(view));
+  }
+  writer->SetManifest(manifest);
+  return writer->Commit();
+}
+
+void CorruptChunk(const std::string& store_path, const ChunkHash& hash) {
+  std::vector<std::string> names;
+  rocksdb::Status s = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), store_path, &names);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& name : names) descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  s = rocksdb::DB::Open(rocksdb::DBOptions(), store_path, descriptors, &handles, &raw);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::ColumnFamilyHandle* chunks = nullptr;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "chunks") chunks = handles[i];
+  }
+  ASSERT_NE(chunks, nullptr) << "no `chunks` column family";
+  std::string key(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size());
+  std::string value;
+  s = db->Get(rocksdb::ReadOptions(), chunks, key, &value);
+  ASSERT_TRUE(s.ok()) << "chunk " << hash.Hex() << ": " << s.ToString();
+  ASSERT_FALSE(value.empty());
+  value.back() = static_cast<char>(value.back() ^ 0x5A);
+  rocksdb::WriteOptions write;
+  write.sync = true;
+  s = db->Put(write, chunks, key, value);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+  ASSERT_TRUE(db->Close().ok());
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/trainsnap_cli_test_XXXXXX";
+  char* made = mkdtemp(tmpl);
+  if (made == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return;
+  }
+  path_ = made;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::unique_ptr<Store> CliTest::OpenStore() {
+  auto store = Store::Open(StorePath(), TestStoreOptions());
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+std::vector<int64_t> CliTest::Steps() {
+  std::vector<int64_t> steps;
+  auto store = Store::OpenReadOnly(StorePath());
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return steps;
+  auto list = (*store)->List();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  if (!list.ok()) return steps;
+  for (const auto& info : *list) steps.push_back(info.step);
+  return steps;
+}
+
+}  // namespace trainsnap::cli_test

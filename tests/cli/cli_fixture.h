@@ -1,0 +1,80 @@
+// End-to-end test support for the `trainsnap` binary: temporary stores built
+// through the library, the binary run as a child process, corruption
+// injected straight into RocksDB.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "trainsnap/store.h"
+
+namespace trainsnap::cli_test {
+
+struct CliRun {
+  int exit_code = -1;  // the process's exit status; -1 if it did not exit normally
+  std::string out;
+  std::string err;
+  // stdout parsed as JSON; a test failure (and null) when it does not parse.
+  nlohmann::json Json() const;
+};
+
+// Runs the trainsnap binary with `args`, stdin from /dev/null (not a
+// terminal), stdout and stderr captured.
+CliRun RunCli(const std::vector<std::string>& args);
+
+// Runs `program` with `args` (no shell), capturing output like RunCli.
+CliRun RunProgram(const std::string& program, const std::vector<std::string>& args);
+
+// A tensor to write through the Store API.
+struct TensorSpec {
+  uint64_t param_id = 0;
+  std::string role = "param";
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+std::vector<uint8_t> FloatBytes(const std::vector<float>& values);
+// `count` float32 values, deterministic for `seed`, in [-1, 1).
+std::vector<float> RandomFloats(size_t count, uint32_t seed);
+// Random bytes valid for `dtype` (bool: 0/1), deterministic for `seed`.
+std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t seed);
+
+// Small chunks (4 KiB) so that small tensors span several chunks; no fsync.
+StoreOptions TestStoreOptions();
+
+Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
+                                   const std::string& manifest = {});
+
+// Flips the last byte of the stored value of chunk `hash` by opening the
+// store's RocksDB directly (the store must be closed). Fails the test if the
+// chunk is not found.
+void CorruptChunk(const std::string& store_path, const ChunkHash& hash);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  std::string StorePath() const { return dir_.path() + "/store"; }
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+  std::unique_ptr<Store> OpenStore();  // writable, TestStoreOptions(); asserts success
+  // Steps in the store now, through a read-only open.
+  std::vector<int64_t> Steps();
+
+  TempDir dir_;
+};
+
+}  // namespace trainsnap::cli_test

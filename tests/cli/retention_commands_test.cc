@@ -1,0 +1,195 @@
+// rollback, delete, prune, gc: exact reclaimed bytes, confirmation, Busy.
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "cli_fixture.h"
+
+namespace trainsnap::cli_test {
+namespace {
+
+// Runs the binary on a pseudo-terminal (stdin, stdout and stderr), typing
+// `input`; returns everything the terminal showed.
+CliRun RunCliOnTerminal(const std::vector<std::string>& args, const std::string& input) {
+  std::vector<char*> argv;
+  std::string program = TRAINSNAP_CLI_PATH;
+  argv.push_back(program.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  CliRun run;
+  if (pid < 0) {
+    ADD_FAILURE() << "forkpty failed";
+    return run;
+  }
+  if (pid == 0) {
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  if (!input.empty()) EXPECT_EQ(write(master, input.data(), input.size()), static_cast<ssize_t>(input.size()));
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    run.out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+class RetentionCommandsTest : public CliTest {
+ protected:
+  // Steps 1..6: each with its own 4 KiB tensor (one chunk) and a shared one.
+  void SetUp() override {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    std::vector<uint8_t> shared = FloatBytes(RandomFloats(1024, 100));
+    for (int64_t step = 1; step <= 6; ++step) {
+      auto info = WriteSnapshot(*store, step,
+                                {{0xA, "param", DType::kFloat32, {1024}, FloatBytes(RandomFloats(1024, step))},
+                                 {0xB, "param", DType::kFloat32, {1024}, shared}});
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      new_bytes_[step] = info->new_bytes;
+    }
+  }
+  std::map<int64_t, uint64_t> new_bytes_;
+};
+
+TEST_F(RetentionCommandsTest, RollbackWithoutTerminalOrYesRefuses) {
+  CliRun run = RunCli({"rollback", StorePath(), "2"});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--yes"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST_F(RetentionCommandsTest, RollbackDryRunChangesNothing) {
+  CliRun run = RunCli({"rollback", StorePath(), "2", "--dry-run", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json doc = run.Json();
+  EXPECT_EQ(doc["schema"], "trainsnap.rollback/1");
+  EXPECT_EQ(doc["dry_run"], true);
+  EXPECT_EQ(doc["deleted_steps"], (nlohmann::json{3, 4, 5, 6}));
+  EXPECT_EQ(doc["kept"], 2);
+  EXPECT_EQ(doc["reclaimable_chunks"], 4);
+  EXPECT_EQ(doc["reclaimable_bytes"], new_bytes_[3] + new_bytes_[4] + new_bytes_[5] + new_bytes_[6]);
+  EXPECT_EQ(doc["bytes_reclaimed"], 0);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  CliRun human = RunCli({"rollback", StorePath(), "2", "--dry-run"});
+  EXPECT_EQ(human.exit_code, 0);
+  EXPECT_NE(human.out.find("would delete 4 snapshots"), std::string::npos) << human.out;
+}
+
+TEST_F(RetentionCommandsTest, RollbackYesDeletesLaterSnapshotsAndReportsExactBytes) {
+  CliRun run = RunCli({"rollback", StorePath(), "2", "--yes", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json doc = run.Json();
+  uint64_t expected = new_bytes_[3] + new_bytes_[4] + new_bytes_[5] + new_bytes_[6];
+  EXPECT_EQ(doc["deleted_steps"], (nlohmann::json{3, 4, 5, 6}));
+  EXPECT_EQ(doc["bytes_reclaimed"], expected);
+  EXPECT_EQ(doc["gc"]["bytes_deleted"], expected);
+  EXPECT_EQ(doc["gc"]["chunks_deleted"], 4);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2}));
+  // Nothing after the latest step: nothing to do.
+  CliRun again = RunCli({"rollback", StorePath(), "2", "--yes"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("nothing to delete"), std::string::npos) << again.out;
+}
+
+TEST_F(RetentionCommandsTest, RollbackAsksOnATerminal) {
+  CliRun no = RunCliOnTerminal({"rollback", StorePath(), "4"}, "n\n");
+  EXPECT_EQ(no.exit_code, 1) << no.out;
+  EXPECT_NE(no.out.find("delete 2 snapshots (steps 5, 6)"), std::string::npos) << no.out;
+  EXPECT_NE(no.out.find("[y/N]"), std::string::npos) << no.out;
+  EXPECT_NE(no.out.find("cancelled"), std::string::npos) << no.out;
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+
+  CliRun yes = RunCliOnTerminal({"rollback", StorePath(), "4"}, "y\n");
+  EXPECT_EQ(yes.exit_code, 0) << yes.out;
+  EXPECT_NE(yes.out.find("reclaimed"), std::string::npos) << yes.out;
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+TEST_F(RetentionCommandsTest, DeleteReportsReclaimedBytes) {
+  CliRun run = RunCli({"delete", StorePath(), "3", "5", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json doc = run.Json();
+  EXPECT_EQ(doc["schema"], "trainsnap.delete/1");
+  EXPECT_EQ(doc["deleted_steps"], (nlohmann::json{3, 5}));
+  EXPECT_EQ(doc["bytes_reclaimed"], new_bytes_[3] + new_bytes_[5]);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 4, 6}));
+  CliRun dry = RunCli({"delete", StorePath(), "4", "--dry-run", "--json"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_EQ(dry.Json()["reclaimable_bytes"], new_bytes_[4]);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 4, 6}));
+}
+
+TEST_F(RetentionCommandsTest, PruneKeepsNewestAndMultiples) {
+  CliRun dry = RunCli({"prune", StorePath(), "--keep-last", "2", "--keep-every", "2", "--dry-run", "--json"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_EQ(dry.Json()["deleted_steps"], (nlohmann::json{1, 3}));
+  EXPECT_EQ(Steps().size(), 6u);
+  CliRun run = RunCli({"prune", StorePath(), "--keep-last", "2", "--keep-every", "2", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json doc = run.Json();
+  EXPECT_EQ(doc["schema"], "trainsnap.prune/1");
+  EXPECT_EQ(doc["deleted_steps"], (nlohmann::json{1, 3}));
+  // Step 1's shared chunk is still referenced: only the two own chunks go.
+  EXPECT_EQ(doc["gc"]["chunks_deleted"], 2);
+  EXPECT_EQ(doc["bytes_reclaimed"], dry.Json()["reclaimable_bytes"]);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{2, 4, 5, 6}));
+  CliRun human = RunCli({"prune", StorePath(), "--keep-last", "1"});
+  EXPECT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("deleted 3 snapshots (2, 4, 5)"), std::string::npos) << human.out;
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{6}));
+}
+
+TEST_F(RetentionCommandsTest, GcReclaimsWhatDeleteLeft) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Delete(4).ok());
+  }
+  CliRun run = RunCli({"gc", StorePath(), "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.Json()["schema"], "trainsnap.gc/1");
+  EXPECT_EQ(run.Json()["bytes_reclaimed"], new_bytes_[4]);
+  EXPECT_EQ(run.Json()["gc"]["chunks_deleted"], 1);
+  CliRun again = RunCli({"gc", StorePath()});
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_NE(again.out.find("reclaimed 0 B (0 bytes)"), std::string::npos) << again.out;
+}
+
+TEST_F(RetentionCommandsTest, MutatingCommandsOnAStoreHeldByAWriterExitFive) {
+  auto writer = OpenStore();
+  ASSERT_NE(writer, nullptr);
+  const std::vector<std::vector<std::string>> cases = {
+      {"rollback", StorePath(), "2", "--yes"},
+      {"delete", StorePath(), "3"},
+      {"prune", StorePath(), "--keep-last", "1"},
+      {"gc", StorePath()},
+  };
+  for (const auto& args : cases) {
+    CliRun run = RunCli(args);
+    EXPECT_EQ(run.exit_code, 5) << args[0] << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    EXPECT_NE(run.err.find("held by another process"), std::string::npos) << run.err;
+  }
+  // Previews are reads: they work during training.
+  EXPECT_EQ(RunCli({"rollback", StorePath(), "2", "--dry-run"}).exit_code, 0);
+  writer.reset();
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+}  // namespace
+}  // namespace trainsnap::cli_test

@@ -1,0 +1,59 @@
+#include "cli/retention_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "cli_fixture.h"
+
+namespace trainsnap::cli_test {
+namespace {
+
+using cli::PlanDeletion;
+using cli::StepsOutsidePolicy;
+
+TEST(RetentionPlanTest, StepsOutsidePolicyKeepsNewestAndMultiples) {
+  std::vector<int64_t> steps = {0, 5, 10, 15, 20, 25, 30};
+  EXPECT_EQ(StepsOutsidePolicy(steps, {2, 0}), (std::vector<int64_t>{0, 5, 10, 15, 20}));
+  EXPECT_EQ(StepsOutsidePolicy(steps, {2, 10}), (std::vector<int64_t>{5, 15}));
+  EXPECT_EQ(StepsOutsidePolicy(steps, {7, 0}), (std::vector<int64_t>{}));
+  EXPECT_EQ(StepsOutsidePolicy(steps, {100, 3}), (std::vector<int64_t>{}));
+  EXPECT_EQ(StepsOutsidePolicy(steps, {0, 10}), (std::vector<int64_t>{}));  // keep_last 0 keeps all
+  EXPECT_EQ(StepsOutsidePolicy({-4, -3, 1}, {1, 2}), (std::vector<int64_t>{-3}));
+}
+
+class PlanDeletionTest : public CliTest {};
+
+TEST_F(PlanDeletionTest, CountsOnlyChunksNoKeptSnapshotReferences) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  // 4 chunks of 4 KiB; step 2 changes one chunk, step 3 all of them.
+  std::vector<float> a = RandomFloats(4096, 1);
+  auto s1 = WriteSnapshot(*store, 1, {{0xA, "param", DType::kFloat32, {4096}, FloatBytes(a)}});
+  ASSERT_TRUE(s1.ok()) << s1.status().ToString();
+  a[1500] += 1.0f;
+  auto s2 = WriteSnapshot(*store, 2, {{0xA, "param", DType::kFloat32, {4096}, FloatBytes(a)}});
+  ASSERT_TRUE(s2.ok()) << s2.status().ToString();
+  auto s3 = WriteSnapshot(*store, 3, {{0xA, "param", DType::kFloat32, {4096}, FloatBytes(RandomFloats(4096, 2))}});
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  EXPECT_EQ(s2->new_chunks, 1u);
+  EXPECT_EQ(s3->new_chunks, 4u);
+
+  auto plan = PlanDeletion(*store, {2, 3});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->deleted.size(), 2u);
+  EXPECT_EQ(plan->deleted[0].step, 2);
+  EXPECT_EQ(plan->deleted[1].step, 3);
+  EXPECT_EQ(plan->kept, 1u);
+  EXPECT_EQ(plan->reclaimable_chunks, 5u);
+  EXPECT_EQ(plan->reclaimable_bytes, s2->new_bytes + s3->new_bytes);
+
+  // Deleting step 1 alone frees only its chunks that step 2 does not share: 1.
+  auto only_first = PlanDeletion(*store, {1});
+  ASSERT_TRUE(only_first.ok());
+  EXPECT_EQ(only_first->reclaimable_chunks, 1u);
+
+  auto missing = PlanDeletion(*store, {7});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainsnap::cli_test
