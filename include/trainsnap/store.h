@@ -46,6 +46,16 @@ struct StoreOptions {
   // Only the chunks of the pruned snapshots are collected then (no full scan).
   // A failure to prune does not fail the commit; the next commit retries.
   RetentionPolicy retention;
+  // XOR deltas (docs/format.md, "Delta chunks"): a changed chunk may be
+  // stored as its XOR with the same chunk of the tensor's previous snapshot
+  // when that is smaller. A chunk's delta chain is shorter than this, so a
+  // keyframe (no delta) comes at least every keyframe_interval snapshots of
+  // a tensor and restoring any snapshot decodes at most that many chunks per
+  // chunk. 0 or 1 = never write deltas. At most 255.
+  int keyframe_interval = 16;
+  // Host memory for the raw bytes of each tensor's previous version (the
+  // delta bases). 0 = 1 GiB. Tensors beyond it are written without deltas.
+  size_t delta_base_cache_bytes = 0;
 };
 
 // 128-bit XXH3 hash of a chunk's raw bytes: the chunk's address.
@@ -162,6 +172,11 @@ class SnapshotWriter {
   // Chunks, hashes, dedups, compresses and writes the tensor's new chunks.
   // (param_id, role) must be unique within the snapshot.
   virtual Status AddTensor(const TensorView& tensor) = 0;
+  // Adds (param_id, role) by reusing its record from the committed snapshot
+  // `from_step` (its chunk list, dtype and shape): nothing is read, hashed
+  // or written, and the chunks are pinned against GC until Commit.
+  // NotFound when that snapshot has no such tensor. Thread-safe like AddTensor.
+  virtual Status AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) = 0;
   // Opaque application bytes (the checkpointer's manifest). Defaults to empty.
   virtual void SetManifest(std::string bytes) = 0;
   // Commits every tensor record and the manifest in one transaction with a

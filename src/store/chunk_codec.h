@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "trainsnap/status.h"
+#include "trainsnap/store.h"
 
 namespace trainsnap::internal {
 
@@ -25,8 +26,17 @@ enum class ChunkCodec : uint8_t { kRaw = 0, kZstd = 1 };
 enum class ChunkFilter : uint8_t {
   kNone = 0,
   kShuffle = 1,  // byte-plane shuffle by element size
-  // 2 is reserved for "xor-delta against a base chunk" (issue 6).
+  // XOR against a base chunk (its hash opens the payload), then the inner
+  // filter (header byte 6) and Zstd. Header byte 5 is the chain depth.
+  kXorDelta = 2,
+  // 16-bit floats (bf16, fp16): each value rotated left by one bit (the sign
+  // moves to bit 0), then split into two byte planes. For bf16 the high
+  // plane is exactly the exponent, the low one mantissa + sign.
+  kFloat16Split = 3,
 };
+
+// Longest delta chain a chunk may have (header byte 5).
+inline constexpr uint8_t kMaxDeltaDepth = 255;
 
 struct ChunkHeader {
   uint8_t version = kChunkFormatVersion;
@@ -34,12 +44,19 @@ struct ChunkHeader {
   ChunkFilter filter = ChunkFilter::kNone;
   uint8_t element_size = 1;
   uint64_t raw_bytes = 0;
+  // kXorDelta only: chain depth (1 = the base is not a delta), the filter
+  // applied to the XOR bytes (kNone, kShuffle or kFloat16Split), the base's hash.
+  uint8_t delta_depth = 0;
+  ChunkFilter inner_filter = ChunkFilter::kNone;
+  ChunkHash base;
 };
 
 struct ChunkEncodeOptions {
   int zstd_level = 3;       // passed to ZSTD_compress
   size_t element_size = 1;  // 1..kMaxElementSize; the shuffle's plane count
   bool shuffle = true;      // apply the byte-plane shuffle when element_size > 1
+  // With element_size 2 and shuffle: use kFloat16Split instead of kShuffle.
+  bool float16_split = false;
 };
 
 // Byte-plane shuffle: out[b * n + i] = in[i * width + b] for the n = size /
@@ -47,10 +64,28 @@ struct ChunkEncodeOptions {
 // `in` and `out` must not overlap.
 void ShuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out);
 void UnshuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out);
+// kFloat16Split: rotate every 16-bit value left by one bit, then shuffle
+// into two planes; a trailing odd byte is copied unchanged. No overlap.
+void SplitFloat16(const uint8_t* in, size_t size, uint8_t* out);
+void UnsplitFloat16(const uint8_t* in, size_t size, uint8_t* out);
 
 // Encodes `size` raw bytes into `out` (replacing its contents).
 // InvalidArgument for a bad element size or level; never fails otherwise.
 Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& options, std::string* out);
+
+// Encodes `raw` as an XOR delta against `base` (same size) whose hash is
+// `base_hash` and whose own chain depth is `base_depth` (0 = not a delta).
+// InvalidArgument when the depth would exceed kMaxDeltaDepth or for bad
+// options. Unlike EncodeChunk it always compresses: the caller compares
+// sizes and keeps the smaller of the two encodings.
+Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const ChunkHash& base_hash,
+                        uint8_t base_depth, const ChunkEncodeOptions& options, std::string* out);
+
+// Compressed size of a `sample_bytes` sample from the middle of `raw`
+// (XORed with `base` first when base is not null), filtered as `options`
+// says. Cheap estimate for choosing between plain and delta encoding.
+size_t SampleCompressedSize(const void* raw, const void* base, size_t size, size_t sample_bytes,
+                            const ChunkEncodeOptions& options);
 
 // Parses and validates the header. Corruption on a bad magic, unknown
 // version/codec/filter, non-zero reserved bytes or a bad element size.
@@ -59,6 +94,8 @@ Result<ChunkHeader> ParseChunkHeader(std::string_view encoded);
 // Decodes `encoded` into exactly dst_size bytes at dst. Corruption when the
 // header is invalid, its raw length differs from dst_size, or Zstd fails or
 // yields a different length. Does not check the hash (the caller does).
-Status DecodeChunk(std::string_view encoded, void* dst, size_t dst_size);
+// A kXorDelta chunk needs `base`: the decoded (and hash-checked) raw bytes
+// of the chunk its header names, dst_size bytes; without it: Corruption.
+Status DecodeChunk(std::string_view encoded, void* dst, size_t dst_size, const void* base = nullptr);
 
 }  // namespace trainsnap::internal

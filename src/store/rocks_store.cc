@@ -31,6 +31,14 @@ constexpr char kMetaCf[] = "meta";
 constexpr char kSnapshotsCf[] = "snapshots";
 constexpr char kTensorsCf[] = "tensors";
 constexpr char kChunksCf[] = "chunks";
+constexpr char kChunkDepsCf[] = "chunk_deps";
+// Meta format versions this build reads; it writes the newest, and a
+// writable open upgrades an older store's meta (version 2 only adds delta
+// chunks and the chunk_deps CF, which builds that read only version 1
+// would misread).
+constexpr uint32_t kMetaFormatVersion = 2;
+constexpr uint32_t kOldestMetaFormatVersion = 1;
+constexpr size_t kDefaultDeltaBaseCacheBytes = size_t{1} << 30;
 constexpr char kMetaStoreKey[] = "store";
 constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
 // Chunk sizes a store may be created with: at least the largest element
@@ -81,6 +89,7 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
       {kSnapshotsCf, rocksdb::ColumnFamilyOptions()},
       {kTensorsCf, rocksdb::ColumnFamilyOptions()},
       {kChunksCf, chunks},
+      {kChunkDepsCf, rocksdb::ColumnFamilyOptions()},
   };
 }
 
@@ -134,6 +143,10 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   if (options.retention.keep_last < 0 || options.retention.keep_every < 0) {
     return Status::InvalidArgument(context + ": retention counts must be >= 0");
   }
+  if (options.keyframe_interval < 0 || options.keyframe_interval > kMaxDeltaDepth) {
+    return Status::InvalidArgument(context + ": keyframe_interval " + std::to_string(options.keyframe_interval) +
+                                   " is outside 0.." + std::to_string(kMaxDeltaDepth));
+  }
   if (!StoreExists(path)) {
     if (!options.create_if_missing) {
       return Status::NotFound(context + ": no store at this path (create_if_missing is false)");
@@ -148,6 +161,9 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   store->options_ = options;
   store->env_ = env;
   store->retention_ = options.retention;
+  store->keyframe_interval_ = options.keyframe_interval;
+  store->delta_bases_.SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
+                                                               : kDefaultDeltaBaseCacheBytes);
   store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false, env));
   Status s = store->LoadOrCreateMeta(options);
@@ -190,8 +206,15 @@ Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& option
                              DbHandles* out) {
   rocksdb::DBOptions db_options = BaseDbOptions();
   if (env) db_options.env = env;
-  const auto cfs = ColumnFamilies();
+  auto cfs = ColumnFamilies();
   if (read_only) {
+    // A store written before delta chunks has no chunk_deps CF; a read-only
+    // instance cannot create it (and needs none: such a store has no deltas).
+    std::vector<std::string> names;
+    if (rocksdb::DB::ListColumnFamilies(db_options, path, &names).ok() &&
+        std::find(names.begin(), names.end(), kChunkDepsCf) == names.end()) {
+      cfs.pop_back();
+    }
     // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
     // (reading a blob crashes on a null DB session id). A read-only instance
     // sees the store as of its open; Refresh() reopens it.
@@ -241,11 +264,12 @@ void RocksStore::Adopt(const DbHandles& h) {
   txn_db_ = h.txn_db;
   db_ = h.db;
   handles_ = h.handles;
-  const bool open = handles_.size() == 5;
+  const bool open = handles_.size() >= 5;
   meta_cf_ = open ? handles_[1] : nullptr;
   snapshots_cf_ = open ? handles_[2] : nullptr;
   tensors_cf_ = open ? handles_[3] : nullptr;
   chunks_cf_ = open ? handles_[4] : nullptr;
+  chunk_deps_cf_ = handles_.size() >= 6 ? handles_[5] : nullptr;
 }
 
 Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
@@ -257,7 +281,7 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
     it->SeekToFirst();
     if (it->Valid()) return Status::Corruption("the store holds snapshots but no meta record");
     proto::StoreMeta meta;
-    meta.set_format_version(kStoreFormatVersion);
+    meta.set_format_version(kMetaFormatVersion);
     meta.set_chunk_bytes(options.chunk_bytes ? options.chunk_bytes : kDefaultChunkBytes);
     meta.set_hash(kHashName);
     meta.set_created_unix_ms(NowUnixMs());
@@ -271,10 +295,11 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read meta record"));
   proto::StoreMeta meta;
   if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
-  if (meta.format_version() != kStoreFormatVersion) {
+  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kMetaFormatVersion) {
     return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
-                                " is not supported (this build reads version " +
-                                std::to_string(kStoreFormatVersion) + ")");
+                                " is not supported (this build reads versions " +
+                                std::to_string(kOldestMetaFormatVersion) + ".." +
+                                std::to_string(kMetaFormatVersion) + ")");
   }
   if (meta.hash() != kHashName) {
     return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
@@ -286,6 +311,16 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
                                    std::to_string(meta.chunk_bytes()));
   }
   chunk_bytes_ = meta.chunk_bytes();
+  if (!read_only_ && meta.format_version() < kMetaFormatVersion) {
+    // This writer may add delta chunks: builds that know only version 1 must
+    // refuse the store rather than misread it.
+    meta.set_format_version(kMetaFormatVersion);
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_cf_, kMetaStoreKey, meta.SerializeAsString()),
+                                        "upgrade meta record to format version " +
+                                            std::to_string(kMetaFormatVersion)));
+  }
   return Status::OK();
 }
 
@@ -491,8 +526,34 @@ Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::st
   return record;
 }
 
-Status RocksStore::ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSlice& value, uint8_t* dst) {
-  Status s = DecodeChunk(std::string_view(value.data(), value.size()), dst, ref.raw_bytes);
+Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst) {
+  auto header = ParseChunkHeader(value);
+  if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
+  std::vector<uint8_t> base;
+  if (header->filter == ChunkFilter::kXorDelta) {
+    // The base is read and checked like any chunk; its chain is one shorter,
+    // so the recursion ends (at most kMaxDeltaDepth levels).
+    const std::string where = "delta chunk " + ref.hash.Hex() + " (depth " +
+                              std::to_string(header->delta_depth) + "): base " + header->base.Hex();
+    rocksdb::PinnableSlice base_value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(header->base), &base_value);
+    if (s.IsNotFound()) return Status::Corruption(where + ": missing from the store");
+    if (!s.ok()) return FromRocks(s, where);
+    const std::string_view base_view(base_value.data(), base_value.size());
+    auto base_header = ParseChunkHeader(base_view);
+    if (!base_header.ok()) return base_header.status().WithContext(where);
+    const uint8_t base_depth = base_header->filter == ChunkFilter::kXorDelta ? base_header->delta_depth : 0;
+    if (base_depth + 1 != header->delta_depth) {
+      return Status::Corruption(where + ": has chain depth " + std::to_string(base_depth) + ", expected " +
+                                std::to_string(header->delta_depth - 1));
+    }
+    base.resize(ref.raw_bytes);
+    ChunkRef base_ref;
+    base_ref.hash = header->base;
+    base_ref.raw_bytes = ref.raw_bytes;
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_view, base.data()).WithContext(where));
+  }
+  Status s = DecodeChunk(value, dst, ref.raw_bytes, base.empty() ? nullptr : base.data());
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
   if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
     return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
@@ -527,7 +588,7 @@ Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_
       return Status::Corruption(where + " " + ref.hash.Hex() + ": referenced but missing from the store");
     }
     if (!s.ok()) return FromRocks(s, where + " " + ref.hash.Hex());
-    return ReadChunkInto(ref, value, out + offsets[index]).WithContext(where);
+    return ReadChunkInto(ref, std::string_view(value.data(), value.size()), out + offsets[index]).WithContext(where);
   });
 }
 
@@ -549,12 +610,21 @@ Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
   return std::optional<uint64_t>(value.size());
 }
 
-Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
+Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded, const ChunkHash* base) {
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
-  return CheckWrite(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
+  if (base == nullptr) {
+    return CheckWrite(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
+  }
+  if (chunk_deps_cf_ == nullptr) return Status::Aborted("write delta chunk " + hash.Hex() + ": no chunk_deps CF");
+  // The dependency first in the same batch: GC never sees the delta without it.
+  rocksdb::WriteBatch batch;
+  TRAINSNAP_RETURN_IF_ERROR(
+      FromRocks(batch.Put(chunk_deps_cf_, EncodeChunkKey(hash), EncodeChunkKey(*base)), "write chunk dependency"));
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk"));
+  return CheckWrite(db_->Write(wo, &batch), "write delta chunk " + hash.Hex());
 }
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
@@ -687,7 +757,38 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
     }
     for (const ChunkRef& c : record->chunks) live->emplace(c.hash, c.stored_bytes);
   }
-  return FromRocks(it->status(), "scan tensor records");
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
+  return AddDeltaBases(live);
+}
+
+Status RocksStore::ReadChunkDeps(std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher>* deps) {
+  if (chunk_deps_cf_ == nullptr) return Status::OK();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunk_deps_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+    auto base = DecodeChunkKey(std::string_view(it->value().data(), it->value().size()));
+    // A damaged entry might hide a needed base: refuse to collect.
+    if (!hash.ok()) return hash.status().WithContext("chunk_deps key");
+    if (!base.ok()) return base.status().WithContext("chunk_deps of " + hash->Hex());
+    deps->emplace(*hash, *base);
+  }
+  return FromRocks(it->status(), "scan chunk_deps");
+}
+
+Status RocksStore::AddDeltaBases(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live) {
+  std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher> deps;
+  TRAINSNAP_RETURN_IF_ERROR(ReadChunkDeps(&deps));
+  if (deps.empty()) return Status::OK();
+  std::vector<ChunkHash> todo;
+  for (const auto& [hash, size] : *live) todo.push_back(hash);
+  while (!todo.empty()) {
+    const ChunkHash h = todo.back();
+    todo.pop_back();
+    auto d = deps.find(h);
+    if (d == deps.end()) continue;
+    if (live->emplace(d->second, 0).second) todo.push_back(d->second);
+  }
+  return Status::OK();
 }
 
 Result<GcReport> RocksStore::EraseChunks(std::vector<ChunkHash> candidates, const std::vector<uint64_t>& sizes,
@@ -701,6 +802,10 @@ Result<GcReport> RocksStore::EraseChunks(std::vector<ChunkHash> candidates, cons
       rocksdb::WriteBatch batch;
       for (const ChunkHash& h : hashes) {
         TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunks_cf_, EncodeChunkKey(h)), "delete chunk"));
+        if (chunk_deps_cf_ != nullptr) {
+          TRAINSNAP_RETURN_IF_ERROR(
+              FromRocks(batch.Delete(chunk_deps_cf_, EncodeChunkKey(h)), "delete chunk dependency"));
+        }
       }
       return CheckWrite(db_->Write(rocksdb::WriteOptions(), &batch), "delete chunks");
     });
@@ -774,6 +879,22 @@ Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool 
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> dead;
   for (const ChunkRef& c : released) {
     if (!live.count(c.hash)) dead.emplace(c.hash, c.stored_bytes);
+  }
+  // The bases of dead delta chunks that nothing live needs are dead too.
+  std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher> deps;
+  TRAINSNAP_RETURN_IF_ERROR(ReadChunkDeps(&deps));
+  std::vector<ChunkHash> todo;
+  for (const auto& [hash, size] : dead) todo.push_back(hash);
+  while (!todo.empty()) {
+    auto d = deps.find(todo.back());
+    todo.pop_back();
+    if (d == deps.end() || live.count(d->second) || dead.count(d->second)) continue;
+    rocksdb::PinnableSlice value;  // for its size; the caller holds the view
+    rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(d->second), &value);
+    if (gs.IsNotFound()) continue;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(gs, "read delta base " + d->second.Hex()));
+    dead.emplace(d->second, value.size());
+    todo.push_back(d->second);
   }
   std::vector<ChunkHash> candidates;
   std::vector<uint64_t> sizes;
@@ -872,7 +993,8 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
         } else {
           thread_local std::vector<uint8_t> buffer;
           buffer.resize(ref.raw_bytes);
-          chunk_status[ci] = ReadChunkInto(ref, value, buffer.data()).WithContext(chunk_where);
+          chunk_status[ci] =
+              ReadChunkInto(ref, std::string_view(value.data(), value.size()), buffer.data()).WithContext(chunk_where);
           if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
         }
         return Status::OK();

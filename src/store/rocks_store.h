@@ -18,6 +18,7 @@
 #include <rocksdb/utilities/optimistic_transaction_db.h>
 
 #include "store/chunk_registry.h"
+#include "store/delta_base_cache.h"
 #include "store/records.h"
 #include "trainsnap/store.h"
 
@@ -61,8 +62,16 @@ class RocksStore final : public Store {
   // Whether the chunks CF holds `hash`; its stored size when it does.
   Result<std::optional<uint64_t>> LookupChunk(const ChunkHash& hash);
   // Plain (non-transactional) write of an encoded chunk; WAL on, not synced:
-  // the commit's synced WAL write makes it durable.
-  Status PutChunk(const ChunkHash& hash, const std::string& encoded);
+  // the commit's synced WAL write makes it durable. A delta chunk (`base`
+  // given) also gets its chunk_deps entry, in the same write batch.
+  Status PutChunk(const ChunkHash& hash, const std::string& encoded, const ChunkHash* base = nullptr);
+  // The record of (param_id, role) at `step`, for AddUnchangedTensor.
+  Result<TensorRecord> CommittedTensor(int64_t step, uint64_t param_id, std::string_view role) {
+    return Tensor(step, param_id, role);
+  }
+  int keyframe_interval() const { return keyframe_interval_; }
+  // Delta bases: the latest raw bytes this process committed per tensor.
+  DeltaBaseCache& delta_bases() { return delta_bases_; }
   // Commits the records of one snapshot atomically; applies retention.
   Result<SnapshotInfo> CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
                                       const std::string& manifest, bool replace_existing);
@@ -71,7 +80,7 @@ class RocksStore final : public Store {
   struct DbHandles {
     rocksdb::OptimisticTransactionDB* txn_db = nullptr;  // writable only; same object as db
     rocksdb::DB* db = nullptr;
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;  // default, meta, snapshots, tensors, chunks
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;  // default, meta, snapshots, tensors, chunks[, chunk_deps]
   };
   static Status OpenRocks(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env,
                           DbHandles* out);
@@ -106,7 +115,14 @@ class RocksStore final : public Store {
   // full_gc: scan every chunk afterwards; otherwise only those the deleted
   // snapshots referenced (cheap enough to run after every commit).
   Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc);
-  Status ReadChunkInto(const ChunkRef& ref, const rocksdb::PinnableSlice& value, uint8_t* dst);
+  // Decodes the value of chunk `hash` (raw_bytes long) into dst and checks
+  // its hash; a delta chunk's base is read and decoded first (recursively),
+  // and must be one level shallower.
+  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst);
+  // Adds to `live` every chunk a delta chain of a live chunk needs.
+  Status AddDeltaBases(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
+  // hash -> base hash for every delta chunk (chunk_deps CF).
+  Status ReadChunkDeps(std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher>* deps);
 
   std::string path_;
   bool read_only_ = false;
@@ -127,6 +143,10 @@ class RocksStore final : public Store {
   rocksdb::ColumnFamilyHandle* snapshots_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* tensors_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* chunks_cf_ = nullptr;
+  // Null only for a read-only open of a store written before deltas existed.
+  rocksdb::ColumnFamilyHandle* chunk_deps_cf_ = nullptr;
+  int keyframe_interval_ = 16;
+  DeltaBaseCache delta_bases_;
 
   std::unique_ptr<boost::asio::thread_pool> pool_;
   ChunkRegistry registry_;

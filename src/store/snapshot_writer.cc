@@ -1,6 +1,8 @@
 #include "store/snapshot_writer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "store/chunk_codec.h"
@@ -23,6 +25,13 @@ size_t ShuffleWidth(DType dtype) {
   }
 }
 
+// 16-bit floats get the sign-rotating two-plane split (see
+// ChunkFilter::kFloat16Split; measured in bench/codec_bench).
+bool UseFloat16Split(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// Bytes of a chunk compressed twice (plain and XORed) to choose between them.
+constexpr size_t kDeltaSampleBytes = 64 << 10;
+
 std::string TensorName(uint64_t param_id, std::string_view role) {
   return "tensor param_id " + std::to_string(param_id) + " role " + std::string(role);
 }
@@ -44,9 +53,33 @@ void SnapshotWriterImpl::SetManifest(std::string bytes) {
   manifest_ = std::move(bytes);
 }
 
-Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, size_t element_size, ChunkRef* ref) {
+Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
+  bool first_use = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, inserted] = seen_.try_emplace(hash, 0);
+    if (!inserted && it->second != 0) return true;
+    first_use = inserted;
+  }
+  std::optional<uint64_t> stored = first_use ? store_->registry().PinAndLookup(hash) : std::optional<uint64_t>();
+  if (!stored) {
+    TRAINSNAP_ASSIGN_OR_RETURN(stored, store_->LookupChunk(hash));
+  }
+  if (!stored) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& known = seen_[hash];
+  if (known == 0) known = *stored;
+  return true;
+}
+
+Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* parent,
+                                    size_t index, ChunkRef* ref, uint8_t* depth) {
   ref->hash = HashChunk(data, size);
   ref->raw_bytes = size;
+  const bool same_as_parent = parent && index < parent->hashes.size() && parent->hashes[index] == ref->hash;
+  // A deduplicated chunk keeps the depth it was written with, which this
+  // process knows only when it is the parent's chunk.
+  *depth = same_as_parent ? parent->depths[index] : kUnknownDeltaDepth;
   bool first_use = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,10 +101,36 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, size_t ele
   if (!stored) {
     ChunkEncodeOptions encode;
     encode.zstd_level = store_->zstd_level();
-    encode.element_size = element_size;
+    encode.element_size = ShuffleWidth(dtype);
+    encode.float16_split = UseFloat16Split(dtype);
     std::string encoded;
     TRAINSNAP_RETURN_IF_ERROR(EncodeChunk(data, size, encode, &encoded));
-    TRAINSNAP_RETURN_IF_ERROR(store_->PutChunk(ref->hash, encoded));
+    *depth = 0;
+    const ChunkHash* base_hash = nullptr;
+    // Delta against the parent's chunk at the same index, when the chain
+    // stays shorter than the keyframe interval and a sample says it pays.
+    const int interval = store_->keyframe_interval();
+    if (parent && !parent->raw.empty() && parent->dtype == dtype && index < parent->hashes.size() &&
+        parent->depths[index] != kUnknownDeltaDepth && static_cast<int>(parent->depths[index]) + 1 < interval &&
+        encoded.size() > kChunkHeaderBytes + 64) {
+      const uint8_t* base = parent->raw.data() + index * parent->chunk;
+      const size_t plain_sample = SampleCompressedSize(data, nullptr, size, kDeltaSampleBytes, encode);
+      const size_t delta_sample = SampleCompressedSize(data, base, size, kDeltaSampleBytes, encode);
+      if (delta_sample < plain_sample) {
+        TRAINSNAP_ASSIGN_OR_RETURN(bool base_present, PinExisting(parent->hashes[index]));
+        if (base_present) {
+          std::string delta;
+          TRAINSNAP_RETURN_IF_ERROR(
+              EncodeDeltaChunk(data, base, size, parent->hashes[index], parent->depths[index], encode, &delta));
+          if (delta.size() < encoded.size()) {
+            encoded.swap(delta);
+            *depth = static_cast<uint8_t>(parent->depths[index] + 1);
+            base_hash = &parent->hashes[index];
+          }
+        }
+      }
+    }
+    TRAINSNAP_RETURN_IF_ERROR(store_->PutChunk(ref->hash, encoded, base_hash));
     stored = encoded.size();
     store_->registry().NoteStored(ref->hash, *stored);
     is_new = true;
@@ -86,6 +145,43 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, size_t ele
     ++new_chunks_;
     new_bytes_ += *stored;
   }
+  return Status::OK();
+}
+
+Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) {
+  const std::string name = TensorName(param_id, role);
+  auto fail = [&](Status s) {
+    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + name + " unchanged since step " +
+                         std::to_string(from_step));
+  };
+  if (role.empty()) return fail(Status::InvalidArgument("empty role"));
+  const auto key = std::make_pair(param_id, role);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (committed_) return fail(Status::InvalidArgument("the snapshot is already committed"));
+    if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
+  }
+  auto unreserve = [&](Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.erase(key);
+    failed_ = true;
+    if (first_error_.ok()) first_error_ = fail(s);
+    return fail(s);
+  };
+  auto record = store_->CommittedTensor(from_step, param_id, role);
+  if (!record.ok()) return unreserve(record.status());
+  // Pin every chunk, then check it is still there: a GC that ran after the
+  // record was read may have deleted the chunks of a deleted snapshot.
+  for (size_t i = 0; i < record->chunks.size(); ++i) {
+    auto present = PinExisting(record->chunks[i].hash);
+    if (!present.ok()) return unreserve(present.status());
+    if (!*present) {
+      return unreserve(Status::NotFound("chunk " + std::to_string(i) + " " + record->chunks[i].hash.Hex() +
+                                        " of step " + std::to_string(from_step) + " is no longer stored"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  records_[key] = std::move(*record);
   return Status::OK();
 }
 
@@ -118,10 +214,29 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   const size_t n = (tensor.size_bytes + chunk - 1) / chunk;
   record.chunks.resize(n);
   const auto* base = static_cast<const uint8_t*>(tensor.data);
+  // The previous version of this tensor, when its layout matches.
+  std::shared_ptr<const DeltaBase> parent;
+  const bool deltas = store_->keyframe_interval() > 1;
+  if (deltas) {
+    parent = store_->delta_bases().Find(key);
+    if (parent && (parent->dtype != tensor.dtype || parent->bytes != tensor.size_bytes || parent->chunk != chunk)) {
+      parent.reset();
+    }
+  }
+  auto next = std::make_shared<DeltaBase>();
+  next->dtype = tensor.dtype;
+  next->bytes = tensor.size_bytes;
+  next->chunk = chunk;
+  next->hashes.resize(n);
+  next->depths.resize(n, kUnknownDeltaDepth);
+  if (deltas && tensor.size_bytes <= store_->delta_bases().budget()) next->raw.resize(tensor.size_bytes);
   Status s = ParallelFor(store_->pool(), n, [&](size_t i) {
     const size_t offset = i * chunk;
     const size_t size = std::min(chunk, tensor.size_bytes - offset);
-    return AddChunk(base + offset, size, ShuffleWidth(tensor.dtype), &record.chunks[i]);
+    Status cs = AddChunk(base + offset, size, tensor.dtype, parent.get(), i, &record.chunks[i], &next->depths[i]);
+    next->hashes[i] = record.chunks[i].hash;
+    if (!next->raw.empty()) std::memcpy(next->raw.data() + offset, base + offset, size);
+    return cs;
   });
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -133,6 +248,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
     return fail(s);
   }
   records_[key] = std::move(record);
+  if (deltas) new_bases_.emplace_back(key, std::move(next));
   return Status::OK();
 }
 
@@ -161,6 +277,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   auto committed = store_->CommitSnapshot(info, records, manifest_, options_.replace_existing);
   if (!committed.ok()) return committed.status().WithContext(context);
   committed_ = true;
+  store_->delta_bases().Publish(std::move(new_bases_));
   return committed;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "store/chunk_registry.h"
+#include "store/delta_base_cache.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
@@ -26,12 +27,18 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
   int64_t step() const override { return step_; }
   Status AddTensor(const TensorView& tensor) override;
+  Status AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) override;
   void SetManifest(std::string bytes) override;
   Result<SnapshotInfo> Commit() override;
 
  private:
-  // Hashes, dedups and (when new) encodes and writes one chunk.
-  Status AddChunk(const uint8_t* data, size_t size, size_t element_size, ChunkRef* ref);
+  // Hashes, dedups and (when new) encodes and writes chunk `index` of a
+  // tensor; `parent` (may be null) is the tensor's previous version, the
+  // delta base. Sets *depth to the chunk's delta chain depth.
+  Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* parent, size_t index,
+                  ChunkRef* ref, uint8_t* depth);
+  // Pins `hash` for this writer; whether the store holds it.
+  Result<bool> PinExisting(const ChunkHash& hash);
 
   RocksStore* store_;
   const int64_t step_;
@@ -41,6 +48,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
   std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // written by this writer
+  std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_;  // published on commit
   std::string manifest_;
   uint64_t new_chunks_ = 0;
   uint64_t new_bytes_ = 0;

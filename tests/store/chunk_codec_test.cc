@@ -179,8 +179,11 @@ TEST(ChunkCodecTest, DecodeValidatesStrictly) {
   bad[2] = 7;
   expect_corrupt(bad, data.size(), "unknown codec 7");
   bad = good;
-  bad[3] = 2;  // reserved for xor-delta
-  expect_corrupt(bad, data.size(), "unknown filter 2");
+  bad[3] = 4;
+  expect_corrupt(bad, data.size(), "unknown filter 4");
+  bad = good;
+  bad[3] = 2;  // xor-delta needs a chain depth
+  expect_corrupt(bad, data.size(), "delta chunk with chain depth 0");
   bad = good;
   bad[4] = 0;
   expect_corrupt(bad, data.size(), "bad element size 0");

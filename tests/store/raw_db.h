@@ -18,7 +18,7 @@ class RawDb {
     chunks.enable_blob_files = true;
     chunks.min_blob_size = 4096;
     std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"meta", {}}, {"snapshots", {}}, {"tensors", {}}, {"chunks", chunks}};
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"meta", {}}, {"snapshots", {}}, {"tensors", {}}, {"chunks", chunks}, {"chunk_deps", {}}};
     rocksdb::DB* db = nullptr;
     status_ = rocksdb::DB::Open(rocksdb::DBOptions(), path, cfs, &handles_, &db);
     db_.reset(db);
@@ -33,6 +33,7 @@ class RawDb {
   rocksdb::ColumnFamilyHandle* snapshots() { return handles_[2]; }
   rocksdb::ColumnFamilyHandle* tensors() { return handles_[3]; }
   rocksdb::ColumnFamilyHandle* chunks() { return handles_[4]; }
+  rocksdb::ColumnFamilyHandle* chunk_deps() { return handles_[5]; }
 
   // XORs byte `offset` of the value stored under `key` in `cf` with 0x01.
   void FlipByte(rocksdb::ColumnFamilyHandle* cf, const std::string& key, size_t offset) {

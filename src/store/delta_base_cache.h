@@ -1,0 +1,57 @@
+// DeltaBaseCache: the raw bytes of each tensor's latest committed version,
+// kept in memory by the writable store so that the next snapshot can encode
+// a changed chunk as the XOR with its parent chunk without reading the
+// parent back from the database (docs/format.md, "Delta chunks").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+// Depth recorded for a chunk whose chain depth this process does not know
+// (e.g. it was deduplicated against a chunk written by an earlier process):
+// the next version of that chunk is then written as a keyframe.
+inline constexpr uint8_t kUnknownDeltaDepth = 255;
+
+struct DeltaBase {
+  DType dtype = DType::kUnknown;
+  uint64_t bytes = 0;
+  size_t chunk = 0;  // chunk length used when it was cut
+  std::vector<ChunkHash> hashes;
+  std::vector<uint8_t> depths;  // chain depth per chunk (0 = keyframe)
+  // The tensor's raw bytes; empty when they did not fit the cache's budget
+  // (the next version is then written without deltas).
+  std::vector<uint8_t> raw;
+};
+
+using DeltaBaseKey = std::pair<uint64_t, std::string>;  // (param_id, role)
+
+// Thread-safe.
+class DeltaBaseCache {
+ public:
+  // Upper bound on the raw bytes held. Entries beyond it keep their hashes
+  // and depths but drop their bytes.
+  void SetBudget(size_t bytes);
+  size_t budget() const;
+  std::shared_ptr<const DeltaBase> Find(const DeltaBaseKey& key) const;
+  // Replaces the entries of these keys (called after a successful commit).
+  void Publish(std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> entries);
+  size_t held_bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  size_t budget_ = 0;
+  size_t held_ = 0;
+  std::map<DeltaBaseKey, std::shared_ptr<const DeltaBase>> entries_;
+};
+
+}  // namespace trainsnap::internal
