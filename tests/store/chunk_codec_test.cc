@@ -257,3 +257,124 @@ TEST(ChunkCodecTest, RandomDamageIsCorruptionOrDifferentBytes) {
 
 }  // namespace
 }  // namespace trainsnap::internal
+
+namespace trainsnap::internal {
+namespace {
+
+// float32 weights and the same weights after a small update: their XOR is
+// mostly zero bytes (sign, exponent and high mantissa bits agree).
+std::pair<std::vector<float>, std::vector<float>> SmallUpdate(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> before(n), after(n);
+  for (size_t i = 0; i < n; ++i) {
+    before[i] = dist(rng) * 0.02f;
+    after[i] = before[i] * (1.f + 1e-4f * dist(rng));
+  }
+  return {before, after};
+}
+
+TEST(ChunkCodecDeltaTest, RoundTripsAndIsSmallerThanPlain) {
+  auto [before, after] = SmallUpdate(16384, 3);
+  const size_t size = after.size() * sizeof(float);
+  const ChunkHash base_hash = HashChunk(before.data(), size);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string plain, delta;
+  ASSERT_TRUE(EncodeChunk(after.data(), size, o, &plain).ok());
+  ASSERT_TRUE(EncodeDeltaChunk(after.data(), before.data(), size, base_hash, 3, o, &delta).ok());
+  EXPECT_LT(delta.size() * 2, plain.size()) << delta.size() << " vs " << plain.size();
+  auto h = ParseChunkHeader(delta);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->filter, ChunkFilter::kXorDelta);
+  EXPECT_EQ(h->inner_filter, ChunkFilter::kShuffle);
+  EXPECT_EQ(h->delta_depth, 4);
+  EXPECT_EQ(h->base, base_hash);
+  EXPECT_EQ(h->raw_bytes, size);
+  std::vector<float> out(after.size());
+  ASSERT_TRUE(DecodeChunk(delta, out.data(), size, before.data()).ok());
+  EXPECT_EQ(std::memcmp(out.data(), after.data(), size), 0);
+  // The sample estimate agrees on which encoding is smaller.
+  EXPECT_LT(SampleCompressedSize(after.data(), before.data(), size, 16384, o),
+            SampleCompressedSize(after.data(), nullptr, size, 16384, o));
+}
+
+TEST(ChunkCodecDeltaTest, DecodeNeedsTheBaseAndValidatesTheHeader) {
+  auto [before, after] = SmallUpdate(1000, 4);
+  const size_t size = after.size() * sizeof(float);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string delta;
+  ASSERT_TRUE(EncodeDeltaChunk(after.data(), before.data(), size, HashChunk(before.data(), size), 0, o, &delta).ok());
+  std::vector<float> out(after.size());
+  Status s = DecodeChunk(delta, out.data(), size);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("without its base"), std::string::npos) << s.message();
+  std::string bad = delta;
+  bad[5] = 0;
+  EXPECT_EQ(DecodeChunk(bad, out.data(), size, before.data()).code(), StatusCode::kCorruption);
+  bad = delta;
+  bad[6] = 2;  // a delta inside a delta
+  s = DecodeChunk(bad, out.data(), size, before.data());
+  EXPECT_NE(s.message().find("bad inner filter 2"), std::string::npos) << s.message();
+  bad = delta;
+  bad[2] = 0;  // delta chunks are always zstd
+  s = DecodeChunk(bad, out.data(), size, before.data());
+  EXPECT_NE(s.message().find("not zstd"), std::string::npos) << s.message();
+  s = DecodeChunk(delta.substr(0, 20), out.data(), size, before.data());
+  EXPECT_NE(s.message().find("too short for its base hash"), std::string::npos) << s.message();
+  // Depth 255 cannot take another level.
+  EXPECT_EQ(EncodeDeltaChunk(after.data(), before.data(), size, {}, kMaxDeltaDepth, o, &delta).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkCodecFloat16SplitTest, RoundTripsAndIsInvertible) {
+  std::mt19937 rng(5);
+  for (size_t size : {0, 1, 2, 7, 1000, 4097}) {
+    std::vector<uint8_t> in(size), split(size), back(size);
+    for (auto& b : in) b = static_cast<uint8_t>(rng());
+    SplitFloat16(in.data(), size, split.data());
+    UnsplitFloat16(split.data(), size, back.data());
+    EXPECT_EQ(back, in) << size;
+  }
+  // bf16 1.0 = 0x3f80: rotated left = 0x7f00: exponent plane 0x7f, low plane 0x00.
+  const uint8_t one[2] = {0x80, 0x3f};
+  uint8_t planes[2];
+  SplitFloat16(one, 2, planes);
+  EXPECT_EQ(planes[0], 0x00);
+  EXPECT_EQ(planes[1], 0x7f);
+  // -1.0 = 0xbf80: rotated = 0x7f01: the sign lands in the low plane.
+  const uint8_t minus_one[2] = {0x80, 0xbf};
+  SplitFloat16(minus_one, 2, planes);
+  EXPECT_EQ(planes[0], 0x01);
+  EXPECT_EQ(planes[1], 0x7f);
+
+  // Encoded with the split: filter 3, element size 2, bit-exact round trip.
+  std::normal_distribution<float> dist(0.f, 0.02f);
+  std::vector<uint16_t> bf16(50000);
+  for (auto& v : bf16) {
+    const float f = dist(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    v = static_cast<uint16_t>(bits >> 16);
+  }
+  ChunkEncodeOptions o;
+  o.element_size = 2;
+  o.float16_split = true;
+  std::string encoded;
+  ASSERT_TRUE(EncodeChunk(bf16.data(), bf16.size() * 2, o, &encoded).ok());
+  auto h = ParseChunkHeader(encoded);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->filter, ChunkFilter::kFloat16Split);
+  std::vector<uint16_t> out(bf16.size());
+  ASSERT_TRUE(DecodeChunk(encoded, out.data(), out.size() * 2).ok());
+  EXPECT_EQ(out, bf16);
+  // A split chunk must have element size 2.
+  std::string bad = encoded;
+  bad[4] = 4;
+  Status s = DecodeChunk(bad, out.data(), out.size() * 2);
+  EXPECT_NE(s.message().find("16-bit float split with element size 4"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace trainsnap::internal

@@ -785,5 +785,49 @@ TEST(RocksStoreTest, RejectsBadOptions) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));  // nothing was created
 }
 
+// A store written before delta chunks (meta format 1, no chunk_deps CF)
+// opens read-only as is, and a writable open upgrades it.
+TEST(RocksStoreTest, PreDeltaStoresStayReadableAndAreUpgraded) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto a = RandomFloats(3000, 21);
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    proto::StoreMeta meta;
+    std::string value;
+    ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
+    ASSERT_TRUE(meta.ParseFromString(value));
+    meta.set_format_version(1);
+    ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
+    ASSERT_TRUE(raw.db()->DropColumnFamily(raw.chunk_deps()).ok());
+  }
+  {
+    auto reader = Store::OpenReadOnly(path);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    EXPECT_EQ(ReadFloats(**reader, 1, 1), a);
+    auto verify = (*reader)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok());
+  }
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(ReadFloats(**store, 1, 1), a);
+  }
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();  // chunk_deps exists again
+  std::string value;
+  ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
+  proto::StoreMeta meta;
+  ASSERT_TRUE(meta.ParseFromString(value));
+  EXPECT_EQ(meta.format_version(), 2u);
+}
+
 }  // namespace
 }  // namespace trainsnap

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "raw_db.h"
+#include "store/chunk_codec.h"
+#include "store/keys.h"
 #include "store_test_util.h"
 #include "temp_dir.h"
 #include "trainsnap/store.h"
@@ -106,6 +111,295 @@ TEST(SnapshotWriterTest, ConcurrentAddTensor) {
   for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(ReadFloats(**store, 1, i), data[i]);
 }
 
+
+// --- delta chunks (docs/format.md, "Delta chunks") ---------------------------
+
+StoreOptions DeltaOptions(int keyframe_interval) {
+  StoreOptions o;
+  o.chunk_bytes = 16384;  // 4096 floats per chunk
+  o.sync = false;
+  o.threads = 2;
+  o.keyframe_interval = keyframe_interval;
+  return o;
+}
+
+// Weights after `steps` small multiplicative updates (like a low learning rate).
+std::vector<float> Evolve(std::vector<float> w, int steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int s = 0; s < steps; ++s) {
+    for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
+  }
+  return w;
+}
+
+// Chain depth of every chunk of (step, param_id, "param"), read from the
+// chunk headers of the closed store.
+std::vector<int> ChunkDepths(const std::string& path, int64_t step, uint64_t param_id) {
+  std::vector<int> depths;
+  std::vector<ChunkHash> hashes;
+  {
+    auto store = Store::OpenReadOnly(path);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return depths;
+    auto record = (*store)->Tensor(step, param_id, "param");
+    EXPECT_TRUE(record.ok());
+    if (!record.ok()) return depths;
+    for (const ChunkRef& c : record->chunks) hashes.push_back(c.hash);
+  }
+  RawDb raw(path);
+  EXPECT_TRUE(raw.ok()) << raw.error();
+  for (const ChunkHash& h : hashes) {
+    std::string value;
+    EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(h), &value).ok());
+    auto header = internal::ParseChunkHeader(value);
+    EXPECT_TRUE(header.ok());
+    depths.push_back(header.ok() && header->filter == internal::ChunkFilter::kXorDelta ? header->delta_depth : 0);
+  }
+  return depths;
+}
+
+size_t ChunkDepsEntries(const std::string& path) {
+  RawDb raw(path);
+  EXPECT_TRUE(raw.ok()) << raw.error();
+  size_t n = 0;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.chunk_deps()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
+  return n;
+}
+
+TEST(SnapshotWriterDeltaTest, ChainsAreBoundedByTheKeyframeIntervalAndRestoreBitExact) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> versions = {RandomFloats(16384, 1)};
+  for (int i = 1; i < 10; ++i) versions.push_back(Evolve(versions.back(), 1, 100 + i));
+  std::vector<uint64_t> new_bytes;
+  {
+    auto store = Store::Open(path, DeltaOptions(4));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < 10; ++i) {
+      auto info = WriteSnapshot(**store, i + 1, {{1, &versions[i]}});
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_EQ(info->new_chunks, 4u);
+      new_bytes.push_back(info->new_bytes);
+    }
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(ReadFloats(**store, i + 1, 1), versions[i]) << "step " << i + 1;
+    auto verify = (*store)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+    EXPECT_EQ(verify->chunks, 40u);
+  }
+  // Keyframes at snapshots 1, 5, 9; deltas (smaller) in between.
+  for (int i = 0; i < 10; ++i) {
+    const int depth = i % 4;
+    EXPECT_EQ(ChunkDepths(path, i + 1, 1), std::vector<int>(4, depth)) << "step " << i + 1;
+    if (depth > 0) EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 7) << new_bytes[i] << " vs " << new_bytes[0];
+  }
+  EXPECT_EQ(ChunkDepsEntries(path), 4u * 7);  // one per delta chunk
+}
+
+TEST(SnapshotWriterDeltaTest, KeyframeIntervalOneWritesNoDeltas) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto a = RandomFloats(16384, 2);
+  auto b = Evolve(a, 1, 3);
+  {
+    auto store = Store::Open(path, DeltaOptions(1));
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}).ok());
+    EXPECT_EQ(ReadFloats(**store, 2, 1), b);
+  }
+  EXPECT_EQ(ChunkDepths(path, 2, 1), std::vector<int>(4, 0));
+  EXPECT_EQ(ChunkDepsEntries(path), 0u);
+  StoreOptions bad = DeltaOptions(256);
+  EXPECT_EQ(Store::Open(dir.Sub("t"), bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SnapshotWriterDeltaTest, GcKeepsEveryBaseALiveChunkNeeds) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> versions = {RandomFloats(16384, 4)};
+  for (int i = 1; i < 6; ++i) versions.push_back(Evolve(versions.back(), 1, 200 + i));
+  {
+    auto store = Store::Open(path, DeltaOptions(16));
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &versions[i]}}).ok());
+    for (int step = 1; step <= 5; ++step) ASSERT_TRUE((*store)->Delete(step).ok());
+    auto gc = (*store)->CollectGarbage();
+    ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+    EXPECT_EQ(gc->chunks_deleted, 0u);  // step 6's chains reach back to step 1
+    EXPECT_EQ(gc->chunks_live, 24u);
+    EXPECT_EQ(ReadFloats(**store, 6, 1), versions[5]);
+    auto verify = (*store)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok());
+    auto stats = (*store)->Stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->collectable_chunks, 0u);
+    // Once nothing needs them, the whole chains go, with their chunk_deps.
+    ASSERT_TRUE((*store)->Delete(6).ok());
+    gc = (*store)->CollectGarbage();
+    ASSERT_TRUE(gc.ok());
+    EXPECT_EQ(gc->chunks_deleted, 24u);
+    EXPECT_EQ(gc->chunks_live, 0u);
+  }
+  EXPECT_EQ(ChunkDepsEntries(path), 0u);
+}
+
+TEST(SnapshotWriterDeltaTest, RetentionCollectsWholeChainsIncrementally) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  StoreOptions o = DeltaOptions(3);
+  o.retention.keep_last = 2;
+  std::vector<std::vector<float>> versions = {RandomFloats(16384, 5)};
+  for (int i = 1; i < 9; ++i) versions.push_back(Evolve(versions.back(), 1, 300 + i));
+  auto store = Store::Open(path, o);
+  ASSERT_TRUE(store.ok());
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &versions[i]}}).ok());
+  // Depths of steps 8 and 9: 1 and 2 (keyframe at step 7), so step 7's
+  // chunks stay though step 7 is pruned; steps 1..6 are garbage.
+  auto list = (*store)->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(ReadFloats(**store, 8, 1), versions[7]);
+  EXPECT_EQ(ReadFloats(**store, 9, 1), versions[8]);
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->chunks, 12u);
+  EXPECT_EQ(stats->collectable_chunks, 0u);
+}
+
+TEST(SnapshotWriterDeltaTest, MissingBaseIsCorruptionNamingTheBase) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto a = RandomFloats(16384, 6);
+  auto b = Evolve(a, 1, 7);
+  ChunkHash base;
+  {
+    auto store = Store::Open(path, DeltaOptions(16));
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}).ok());
+    base = (*store)->Tensor(1, 1, "param")->chunks[0].hash;
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(raw.db()->Delete(rocksdb::WriteOptions(), raw.chunks(), internal::EncodeChunkKey(base)).ok());
+  }
+  auto store = Store::Open(path, DeltaOptions(16));
+  ASSERT_TRUE(store.ok());
+  auto record = (*store)->Tensor(2, 1, "param");
+  ASSERT_TRUE(record.ok());
+  std::vector<float> out(b.size());
+  Status s = (*store)->ReadTensor(*record, out.data(), record->bytes);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("base " + base.Hex() + ": missing from the store"), std::string::npos) << s.message();
+  auto verify = (*store)->Verify(2);
+  ASSERT_TRUE(verify.ok());
+  ASSERT_EQ(verify->problems.size(), 1u);
+  EXPECT_EQ(verify->problems[0].chunk_index, 0);
+  EXPECT_EQ(verify->problems[0].status.code(), StatusCode::kCorruption);
+  // Chunks 1..3 decode fine.
+  EXPECT_EQ(verify->bytes, 3u * 16384);
+}
+
+TEST(SnapshotWriterDeltaTest, Bf16UsesTheFloat16Split) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto f = RandomFloats(8192, 8);
+  std::vector<uint16_t> bf16(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &f[i], 4);
+    bf16[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  ChunkHash first;
+  {
+    auto store = Store::Open(path, DeltaOptions(16));
+    ASSERT_TRUE(store.ok());
+    auto writer = (*store)->BeginSnapshot(1);
+    ASSERT_TRUE(writer.ok());
+    TensorView v;
+    v.param_id = 1;
+    v.role = "param";
+    v.dtype = DType::kBFloat16;
+    v.shape = {8192};
+    v.data = bf16.data();
+    v.size_bytes = bf16.size() * 2;
+    ASSERT_TRUE((*writer)->AddTensor(v).ok());
+    ASSERT_TRUE((*writer)->Commit().ok());
+    auto record = (*store)->Tensor(1, 1, "param");
+    ASSERT_TRUE(record.ok());
+    std::vector<uint16_t> out(bf16.size());
+    ASSERT_TRUE((*store)->ReadTensor(*record, out.data(), out.size() * 2).ok());
+    EXPECT_EQ(out, bf16);
+    first = record->chunks[0].hash;
+  }
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok());
+  std::string value;
+  ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(first), &value).ok());
+  auto header = internal::ParseChunkHeader(value);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->filter, internal::ChunkFilter::kFloat16Split);
+}
+
+// --- AddUnchangedTensor ---------------------------------------------------------
+
+TEST(SnapshotWriterUnchangedTest, ReusesTheRecordWithoutWritingAndSurvivesGc) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto frozen = RandomFloats(5000, 9);
+  auto trained = RandomFloats(3000, 10);
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &frozen}, {2, &trained}}).ok());
+  auto trained2 = RandomFloats(3000, 11);
+  auto writer = (*store)->BeginSnapshot(2);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->AddUnchangedTensor(1, "param", 1).ok());
+  ASSERT_TRUE((*writer)->AddTensor(View(2, "param", trained2)).ok());
+  Status dup = (*writer)->AddUnchangedTensor(1, "param", 1);
+  EXPECT_EQ(dup.code(), StatusCode::kInvalidArgument);
+  auto info = (*writer)->Commit();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  writer->reset();
+  auto trained_record = (*store)->Tensor(2, 2, "param");
+  ASSERT_TRUE(trained_record.ok());
+  uint64_t trained_bytes = 0;
+  for (const ChunkRef& c : trained_record->chunks) trained_bytes += c.stored_bytes;
+  EXPECT_EQ(info->new_bytes, trained_bytes);  // the frozen tensor cost nothing
+  EXPECT_EQ(info->tensors, 2u);
+  EXPECT_EQ(info->logical_bytes, (5000u + 3000u) * 4);
+  auto before = (*store)->Tensor(1, 1, "param");
+  auto after = (*store)->Tensor(2, 1, "param");
+  ASSERT_TRUE(before.ok() && after.ok());
+  ASSERT_EQ(after->chunks.size(), before->chunks.size());
+  for (size_t i = 0; i < after->chunks.size(); ++i) EXPECT_EQ(after->chunks[i].hash, before->chunks[i].hash);
+  EXPECT_EQ(after->shape, before->shape);
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  EXPECT_EQ(ReadFloats(**store, 2, 1), frozen);
+  EXPECT_EQ(ReadFloats(**store, 2, 2), trained2);
+}
+
+TEST(SnapshotWriterUnchangedTest, MissingSourceIsNotFoundAndAbortsTheCommit) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto a = RandomFloats(100, 12);
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+  auto writer = (*store)->BeginSnapshot(2);
+  ASSERT_TRUE(writer.ok());
+  Status s = (*writer)->AddUnchangedTensor(7, "param", 1);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("unchanged since step 1"), std::string::npos) << s.message();
+  EXPECT_EQ((*writer)->AddUnchangedTensor(1, "param", 5).code(), StatusCode::kNotFound);
+  EXPECT_EQ((*writer)->AddUnchangedTensor(1, "", 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*writer)->Commit().status().code(), StatusCode::kAborted);
+  EXPECT_EQ((*store)->Info(2).status().code(), StatusCode::kNotFound);
+}
 
 }  // namespace
 }  // namespace trainsnap
