@@ -3,6 +3,9 @@
 // (1 MiB) chunk of normally distributed fp32 and bf16 values, through the
 // store's codec with and without the byte-plane shuffle, against plain Zstd at
 // the same level. The `ratio` counter is raw bytes / stored bytes.
+// Also: the 16-bit float split (filter 3) against the plain shuffle on bf16
+// and fp16 weights and Adam second moments, and XOR-delta encode/decode of a
+// chunk against its previous version after one small optimizer-like update.
 //
 // Add a data set: append to kDataSets. Add a codec variant: append to kVariants.
 
@@ -51,6 +54,48 @@ std::vector<uint8_t> Bf16Data() {
   return out;
 }
 
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+// Adam's exp_avg_sq: squares of small gradients, positive, a wide exponent range.
+std::vector<uint8_t> Bf16AdamVData() {
+  auto f = NormalFloats(kChunkBytes / 2);
+  std::vector<uint8_t> out(kChunkBytes);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint16_t bf = ToBf16(f[i] * f[i] * 1e-6f);
+    std::memcpy(&out[i * 2], &bf, 2);
+  }
+  return out;
+}
+
+// fp16 weights of a typical scale (0.02 * N(0, 1)).
+std::vector<uint8_t> Fp16Data() {
+  auto f = NormalFloats(kChunkBytes / 2);
+  std::vector<uint8_t> out(kChunkBytes);
+  for (size_t i = 0; i < f.size(); ++i) {
+    // Round-to-nearest fp32 -> fp16 for normal values (|x| < 65504, > 6e-5).
+    uint32_t bits;
+    const float x = f[i] * 0.02f;
+    std::memcpy(&bits, &x, 4);
+    const uint32_t sign = (bits >> 16) & 0x8000;
+    int32_t exp = static_cast<int32_t>((bits >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = bits & 0x7fffff;
+    uint16_t h;
+    if (exp <= 0) {
+      h = static_cast<uint16_t>(sign);  // flush tiny values to zero
+    } else {
+      uint32_t v = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+      if ((mant & 0x1fff) > 0x1000 || ((mant & 0x1fff) == 0x1000 && (v & 1))) ++v;
+      h = static_cast<uint16_t>(sign | v);
+    }
+    std::memcpy(&out[i * 2], &h, 2);
+  }
+  return out;
+}
+
 struct DataSet {
   const char* name;
   size_t element_size;
@@ -59,9 +104,11 @@ struct DataSet {
 const DataSet kDataSets[] = {
     {"fp32_normal", 4, &Fp32Data},
     {"bf16_normal", 2, &Bf16Data},
+    {"bf16_adam_v", 2, &Bf16AdamVData},
+    {"fp16_weights", 2, &Fp16Data},
 };
 
-enum class Variant { kShuffle, kNoShuffle, kPlainZstd };
+enum class Variant { kShuffle, kNoShuffle, kPlainZstd, kFloat16Split };
 struct VariantInfo {
   const char* name;
   Variant variant;
@@ -70,6 +117,7 @@ const VariantInfo kVariants[] = {
     {"codec_shuffle", Variant::kShuffle},
     {"codec_noshuffle", Variant::kNoShuffle},
     {"plain_zstd", Variant::kPlainZstd},
+    {"codec_f16split", Variant::kFloat16Split},  // 16-bit data sets only
 };
 
 std::string Encode(const std::vector<uint8_t>& raw, const DataSet& data, Variant variant, int level) {
@@ -82,7 +130,8 @@ std::string Encode(const std::vector<uint8_t>& raw, const DataSet& data, Variant
   ChunkEncodeOptions o;
   o.zstd_level = level;
   o.element_size = data.element_size;
-  o.shuffle = variant == Variant::kShuffle;
+  o.shuffle = variant == Variant::kShuffle || variant == Variant::kFloat16Split;
+  o.float16_split = variant == Variant::kFloat16Split;
   if (!EncodeChunk(raw.data(), raw.size(), o, &out).ok()) std::abort();
   return out;
 }
@@ -134,17 +183,122 @@ void BM_Decode(benchmark::State& state, const DataSet& data, Variant variant) {
   state.counters["ratio"] = static_cast<double>(raw.size()) / static_cast<double>(encoded.size());
 }
 
+// A chunk and its next version after one small update: fp32 weights times
+// (1 + 1e-4 * N(0, 1)) (like a low learning rate), or bf16 weights with
+// an additive 1e-4 * N(0, 1) update rounded back to bf16 (most values do not
+// change at all).
+struct DeltaPair {
+  std::vector<uint8_t> before, after;
+  size_t element_size;
+};
+
+DeltaPair Fp32Pair() {
+  auto w = NormalFloats(kChunkBytes / 4);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  DeltaPair p{std::vector<uint8_t>(kChunkBytes), std::vector<uint8_t>(kChunkBytes), 4};
+  for (float& x : w) x *= 0.02f;
+  std::memcpy(p.before.data(), w.data(), kChunkBytes);
+  for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
+  std::memcpy(p.after.data(), w.data(), kChunkBytes);
+  return p;
+}
+
+DeltaPair Bf16Pair() {
+  auto w = NormalFloats(kChunkBytes / 2);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  DeltaPair p{std::vector<uint8_t>(kChunkBytes), std::vector<uint8_t>(kChunkBytes), 2};
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float x = w[i] * 0.02f;
+    const uint16_t a = ToBf16(x);
+    uint32_t bits = static_cast<uint32_t>(a) << 16;
+    float xa;
+    std::memcpy(&xa, &bits, 4);
+    const uint16_t b = ToBf16(xa + 1e-4f * dist(rng) * 0.02f);
+    std::memcpy(&p.before[i * 2], &a, 2);
+    std::memcpy(&p.after[i * 2], &b, 2);
+  }
+  return p;
+}
+
+struct DeltaSet {
+  const char* name;
+  DeltaPair (*make)();
+};
+const DeltaSet kDeltaSets[] = {{"fp32_small_update", &Fp32Pair}, {"bf16_small_update", &Bf16Pair}};
+
+ChunkEncodeOptions DeltaOptions(const DeltaPair& p) {
+  ChunkEncodeOptions o;
+  o.element_size = p.element_size;
+  o.float16_split = p.element_size == 2;
+  return o;
+}
+
+// Encode of the new version as a delta; `plain_ratio` is the same chunk
+// encoded without the delta, for comparison.
+void BM_EncodeDelta(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p);
+  const ChunkHash base{};
+  std::string encoded, plain;
+  for (auto _ : state) {
+    if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), base, 0, o, &encoded).ok()) std::abort();
+    benchmark::DoNotOptimize(encoded.data());
+  }
+  if (!EncodeChunk(p.after.data(), p.after.size(), o, &plain).ok()) std::abort();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+  state.counters["ratio"] = static_cast<double>(p.after.size()) / static_cast<double>(encoded.size());
+  state.counters["plain_ratio"] = static_cast<double>(p.after.size()) / static_cast<double>(plain.size());
+}
+
+void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p);
+  std::string encoded;
+  if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &encoded).ok()) {
+    std::abort();
+  }
+  std::vector<uint8_t> out(p.after.size());
+  for (auto _ : state) {
+    if (!DecodeChunk(encoded, out.data(), out.size(), p.before.data()).ok()) {
+      state.SkipWithError("decode failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (out != p.after) state.SkipWithError("round trip differs");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+}
+
+// The writer's per-chunk decision: compress a 64 KiB sample plain and XORed.
+void BM_DeltaTrial(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(SampleCompressedSize(p.after.data(), nullptr, p.after.size(), 64 << 10, o));
+    benchmark::DoNotOptimize(SampleCompressedSize(p.after.data(), p.before.data(), p.after.size(), 64 << 10, o));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+}
+
 int RegisterAll() {
   benchmark::RegisterBenchmark("BM_Xxh3_128/1MiB", BM_Xxh3_128);
   for (const DataSet& data : kDataSets) {
     benchmark::RegisterBenchmark(("BM_Shuffle/" + std::string(data.name)).c_str(), BM_Shuffle, data);
     for (const VariantInfo& v : kVariants) {
+      if (v.variant == Variant::kFloat16Split && data.element_size != 2) continue;
       const std::string suffix = std::string(data.name) + "/" + v.name;
       benchmark::RegisterBenchmark(("BM_Encode/" + suffix).c_str(), BM_Encode, data, v.variant)
           ->ArgName("level")->Arg(1)->Arg(3);
       benchmark::RegisterBenchmark(("BM_Decode/" + suffix).c_str(), BM_Decode, data, v.variant)
           ->ArgName("level")->Arg(1)->Arg(3);
     }
+  }
+  for (const DeltaSet& set : kDeltaSets) {
+    benchmark::RegisterBenchmark(("BM_EncodeDelta/" + std::string(set.name)).c_str(), BM_EncodeDelta, set);
+    benchmark::RegisterBenchmark(("BM_DecodeDelta/" + std::string(set.name)).c_str(), BM_DecodeDelta, set);
+    benchmark::RegisterBenchmark(("BM_DeltaTrial/" + std::string(set.name)).c_str(), BM_DeltaTrial, set);
   }
   return 0;
 }
