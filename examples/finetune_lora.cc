@@ -525,7 +525,8 @@ int Demo(const std::string& dir, int64_t steps) {
   ::close(fds[0]);
   const int rc = WaitExitCode(pid);
   if (rc != 128 + SIGKILL) return Fail("the training process was not killed (exit code " + std::to_string(rc) + ")");
-  std::printf("[demo] training process died of SIGKILL; last snapshot it reported: %lld of %lld\n",
+  std::printf("[demo] training process died of SIGKILL; last snapshot it reported: %lld of %lld (a capture in "
+              "flight at the kill is wholly in the store or not at all)\n",
               static_cast<long long>(last_reported), static_cast<long long>(total - 1));
 
   std::printf("== 3/4  resume: a fresh process restores the latest snapshot and finishes the run\n");
