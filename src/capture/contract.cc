@@ -58,17 +58,21 @@ namespace {
 // the same first byte of storage, which is how two distinct TensorImpls alias.
 class TieGrouper {
  public:
+  // Meta and empty tensors have no bytes to alias (their data pointers are null).
+  static bool HasBytes(const torch::Tensor& tensor) {
+    return tensor.numel() > 0 && tensor.has_storage() && tensor.data_ptr() != nullptr;
+  }
   // Returns the index of the group `tensor` joins, or -1 for a new one.
   long Find(const torch::Tensor& tensor) const {
     if (auto it = by_impl_.find(tensor.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
-    if (tensor.numel() > 0 && tensor.has_storage()) {
+    if (HasBytes(tensor)) {
       if (auto it = by_data_.find(tensor.data_ptr()); it != by_data_.end()) return it->second;
     }
     return -1;
   }
   void Add(const torch::Tensor& tensor, long group) {
     by_impl_.emplace(tensor.unsafeGetTensorImpl(), group);
-    if (tensor.numel() > 0 && tensor.has_storage()) by_data_.emplace(tensor.data_ptr(), group);
+    if (HasBytes(tensor)) by_data_.emplace(tensor.data_ptr(), group);
   }
 
  private:

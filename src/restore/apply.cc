@@ -10,11 +10,20 @@ Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
   std::vector<std::string> previous;
   previous.reserve(extra.size());
   for (const RestorePlan::Extra& item : extra) previous.push_back(item.target->SaveState());
+  // LoadState must not throw; one that does counts as a refusal, so that the
+  // ones before it still get rolled back.
+  auto load = [](Stateful& target, const std::string& bytes) -> Status {
+    try {
+      return target.LoadState(bytes);
+    } catch (const std::exception& e) {
+      return Status::Aborted(std::string("LoadState threw: ") + e.what());
+    }
+  };
   for (size_t i = 0; i < extra.size(); ++i) {
-    Status status = extra[i].target->LoadState(extra[i].bytes);
+    Status status = load(*extra[i].target, extra[i].bytes);
     if (status.ok()) continue;
     for (size_t j = 0; j < i; ++j) {
-      Status undo = extra[j].target->LoadState(previous[j]);
+      Status undo = load(*extra[j].target, previous[j]);
       if (!undo.ok()) {
         return Status::Aborted("extra state `" + extra[i].name + "` refused its bytes (" + status.ToString() +
                                "), and restoring `" + extra[j].name + "` to its previous state failed: " +
