@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,7 +60,8 @@ class Workload {
   // Every tensor a full snapshot holds, as (name, tensor): the module's
   // parameters and buffers ("model.<name>"; frozen ones only if `with_frozen`)
   // then every optimizer state tensor ("optim.<i>.<field>", i = position of
-  // the parameter in the param groups). Views of the live tensors.
+  // the parameter in the param groups). Views of the live tensors, except
+  // the AdamW step counter (an int64 in LibTorch), returned as a new 0-dim tensor.
   std::vector<std::pair<std::string, torch::Tensor>> StateTensors(bool with_frozen);
 
  private:
