@@ -17,14 +17,25 @@ class Checkpointer::Impl {
   Impl(Store& store, CheckpointerOptions options) : store_(store), options_(std::move(options)) {}
 
   Status Capture(int64_t step, const TrainingState& state) {
+    internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
+    if (tracker) TRAINSNAP_RETURN_IF_ERROR(tracker->BeginCapture(store_, step));
+    Status s = CaptureTracked(step, state, tracker);
+    if (tracker) s.ok() ? tracker->Committed(step) : tracker->Abandoned(step);
+    return s;
+  }
+
+  Status CaptureTracked(int64_t step, const TrainingState& state, internal::ChangeTracker* tracker) {
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<internal::StagedSnapshot> staged,
-                               internal::Stage(step, state, options_, base_));
+                               internal::Stage(step, state, options_, base_, tracker));
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store_.BeginSnapshot(step));
     TRAINSNAP_RETURN_IF_ERROR(internal::EncodeTensors(*staged, *writer));
     return internal::CommitSnapshot(*staged, *writer).status();
   }
 
   Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
+    // The restored bytes must be captured again in full once: forget what
+    // the tracker knew (restore copies in place, but be independent of how).
+    tracker_.Reset();
     return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_);
   }
 
@@ -35,6 +46,8 @@ class Checkpointer::Impl {
   CheckpointerOptions options_;
   // Caches the frozen base's content hash across captures and restores.
   internal::BaseIdentityBuilder base_;
+  // Unchanged-tensor detection across captures (CheckpointerOptions::skip_unchanged).
+  internal::ChangeTracker tracker_;
 };
 
 namespace {

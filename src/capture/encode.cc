@@ -10,6 +10,10 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
     TRAINSNAP_RETURN_IF_ERROR(
         writer.AddTensor(ViewOf(staged)).WithContext("tensor `" + name + "` role " + staged.role));
   }
+  for (const UnchangedTensor& unchanged : snapshot.unchanged) {
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddUnchangedTensor(unchanged.param_id, unchanged.role, unchanged.from_step)
+                                  .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role));
+  }
   return Status::OK();
 }
 

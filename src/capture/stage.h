@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "capture/base_identity.h"
+#include "capture/change_tracker.h"
 #include "capture/staging.h"
 #include "manifest.pb.h"
 #include "trainsnap/checkpointer.h"
@@ -19,12 +20,17 @@ struct StagedSnapshot {
   int64_t step = 0;
   proto::TrainingManifest manifest;
   StagingArea staging;
+  // Tensors the change tracker found unchanged: added by reference, not staged.
+  std::vector<UnchangedTensor> unchanged;
 };
 
 // InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
 // null extra; NotSupported for an unsupported optimizer or dtype. May throw
 // c10::Error (the caller converts it).
+// With a `tracker`, parameters and buffers unchanged since its last
+// committed capture go to StagedSnapshot::unchanged instead of the staging area.
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
-                                              const CheckpointerOptions& options, BaseIdentityBuilder& base);
+                                              const CheckpointerOptions& options, BaseIdentityBuilder& base,
+                                              ChangeTracker* tracker = nullptr);
 
 }  // namespace trainsnap::internal
