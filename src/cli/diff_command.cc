@@ -215,6 +215,12 @@ Status RunDiff(const DiffOptions& options) {
     }
   }
   std::vector<ContractDiff> contract = CompareContracts(side_a.second, side_b.second);
+  // Output order: by name, then role.
+  std::vector<const TensorDiff*> rows;
+  for (const auto& [key, d] : diffs) rows.push_back(&d);
+  std::stable_sort(rows.begin(), rows.end(), [](const TensorDiff* x, const TensorDiff* y) {
+    return x->name != y->name ? x->name < y->name : x->role < y->role;
+  });
 
   uint64_t changed = 0, added = 0, removed = 0, reshaped = 0, chunks_changed = 0, chunks_total = 0;
   for (const auto& [key, d] : diffs) {
@@ -232,7 +238,8 @@ Status RunDiff(const DiffOptions& options) {
     doc["a"] = options.a;
     doc["b"] = options.b;
     doc["tensors"] = nlohmann::json::array();
-    for (const auto& [key, d] : diffs) {
+    for (const TensorDiff* row : rows) {
+      const TensorDiff& d = *row;
       nlohmann::json t = {{"param_id", HexId(d.param_id)},
                           {"name", d.name},
                           {"role", d.role},
@@ -268,7 +275,8 @@ Status RunDiff(const DiffOptions& options) {
       << chunks_changed << " of " << chunks_total << " chunks differ\n";
   Table table({{"NAME"}, {"ROLE"}, {"STATUS"}, {"CHANGED CHUNKS", Align::kRight}, {"MAX ABS DIFF", Align::kRight},
                {"REL L2", Align::kRight}});
-  for (const auto& [key, d] : diffs) {
+  for (const TensorDiff* row : rows) {
+    const TensorDiff& d = *row;
     char fraction[64];
     std::snprintf(fraction, sizeof(fraction), "%llu/%llu (%.0f%%)", static_cast<unsigned long long>(d.chunks_changed),
                   static_cast<unsigned long long>(d.chunks_total),

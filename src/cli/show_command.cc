@@ -1,6 +1,7 @@
 // trainsnap show STORE STEP: one snapshot's manifest and tensors.
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -164,6 +165,12 @@ Status RunShow(const ShowOptions& options) {
   auto records = store->Tensors(options.step);
   if (!records.ok()) return records.status().WithContext(context + ": tensor records");
   ManifestView view = ManifestView::Parse(*manifest_bytes);
+  // Readers look parameters up by name: sort by name, then role (the store
+  // returns them by ID).
+  std::stable_sort(records->begin(), records->end(), [&](const TensorRecord& x, const TensorRecord& y) {
+    std::string nx = view.Name(x.param_id), ny = view.Name(y.param_id);
+    return nx != ny ? nx < ny : x.role < y.role;
+  });
 
   if (options.json) {
     nlohmann::json doc = JsonDocument("show");

@@ -24,9 +24,7 @@ Status CheckExists(const std::string& path) {
 
 Result<std::unique_ptr<Store>> OpenForReading(const std::string& path) {
   TRAINSNAP_RETURN_IF_ERROR(CheckExists(path));
-  auto store = Store::OpenReadOnly(path);
-  if (!store.ok()) return store.status().WithContext("open store `" + path + "`");
-  return store;
+  return Store::OpenReadOnly(path);  // its errors name the path already
 }
 
 Result<std::unique_ptr<Store>> OpenForWriting(const std::string& path) {
@@ -40,7 +38,7 @@ Result<std::unique_ptr<Store>> OpenForWriting(const std::string& path) {
                           "` is held by another process for writing (a training run?); "
                           "stop it first: " + store.status().message());
     }
-    return store.status().WithContext("open store `" + path + "` for writing");
+    return store.status();
   }
   return store;
 }

@@ -1,6 +1,7 @@
 #include "cli_fixture.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +69,39 @@ CliRun RunProgram(const std::string& program, const std::vector<std::string>& ar
 }
 
 CliRun RunCli(const std::vector<std::string>& args) { return RunProgram(TRAINSNAP_CLI_PATH, args); }
+
+CliRun RunCliOnTerminal(const std::vector<std::string>& args, const std::string& input) {
+  std::vector<char*> argv;
+  std::string program = TRAINSNAP_CLI_PATH;
+  argv.push_back(program.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  CliRun run;
+  if (pid < 0) {
+    ADD_FAILURE() << "forkpty failed";
+    return run;
+  }
+  if (pid == 0) {
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  if (!input.empty()) EXPECT_EQ(write(master, input.data(), input.size()), static_cast<ssize_t>(input.size()));
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    run.out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
 
 std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
   std::vector<uint8_t> bytes(values.size() * sizeof(float));

@@ -27,6 +27,10 @@ struct CliRun {
 // terminal), stdout and stderr captured.
 CliRun RunCli(const std::vector<std::string>& args);
 
+// Runs the binary on a pseudo-terminal (stdin, stdout and stderr all are
+// the terminal), typing `input`; `out` is everything the terminal showed.
+CliRun RunCliOnTerminal(const std::vector<std::string>& args, const std::string& input);
+
 // Runs `program` with `args` (no shell), capturing output like RunCli.
 CliRun RunProgram(const std::string& program, const std::vector<std::string>& args);
 

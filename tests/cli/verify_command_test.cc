@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -102,6 +103,30 @@ TEST_F(VerifyCommandTest, WorksWhileAWriterHoldsTheStore) {
   CliRun run = RunCli({"verify", StorePath(), "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.Json()["snapshots"], 3);
+}
+
+TEST_F(VerifyCommandTest, ProgressBarOnlyOnATerminal) {
+  CliRun terminal = RunCliOnTerminal({"verify", StorePath()}, "");
+  EXPECT_EQ(terminal.exit_code, 0) << terminal.out;
+  EXPECT_NE(terminal.out.find("verify ["), std::string::npos) << terminal.out;
+  EXPECT_NE(terminal.out.find("100%"), std::string::npos) << terminal.out;
+  EXPECT_NE(terminal.out.find("ETA"), std::string::npos) << terminal.out;
+  EXPECT_NE(terminal.out.find(": OK"), std::string::npos) << terminal.out;
+  CliRun piped = RunCli({"verify", StorePath()});
+  EXPECT_EQ(piped.exit_code, 0);
+  EXPECT_TRUE(piped.err.empty()) << piped.err;
+  EXPECT_EQ(piped.out.find("ETA"), std::string::npos) << piped.out;
+}
+
+TEST_F(VerifyCommandTest, UnreadableDatabaseExitsThree) {
+  std::ofstream(StorePath() + "/CURRENT", std::ios::trunc) << "garbage";  // RocksDB's pointer to its manifest
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"verify", StorePath()}, {"list", StorePath()}, {"show", StorePath(), "1"}}) {
+    CliRun run = RunCli(args);
+    EXPECT_EQ(run.exit_code, 3) << args[0] << ": " << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    EXPECT_NE(run.err.find("Corruption"), std::string::npos) << run.err;
+  }
 }
 
 }  // namespace
