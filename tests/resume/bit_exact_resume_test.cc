@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "resume/gan_workload.h"
 #include "resume/lora_workload.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
@@ -85,8 +86,8 @@ struct ChildOutcome {
 // more. After acknowledgement `kill_after` it is let go and SIGKILLed
 // `kill_delay_us` later, somewhere in micro-step kill_after + 1 (training,
 // capture or commit) or, if that finished, while it waits.
-ChildOutcome RunChildAndKill(const std::string& store_path, OptimizerKind kind, int64_t kill_after,
-                             int kill_delay_us) {
+ChildOutcome RunChildAndKill(const std::string& store_path, const std::vector<std::string>& workload_args,
+                             int64_t kill_after, int kill_delay_us) {
   ChildOutcome outcome;
   int ack[2], go[2];
   if (::pipe2(ack, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0) {
@@ -96,9 +97,9 @@ ChildOutcome RunChildAndKill(const std::string& store_path, OptimizerKind kind, 
   // Everything exec needs is built before fork: the child of a threaded
   // process may only call async-signal-safe functions until exec.
   const std::string binary = ChildBinaryPath();
-  std::vector<std::string> args = {binary,        "--store",  store_path, "--optimizer",
-                                   std::string(OptimizerKindName(kind)), "--ack-fd", std::to_string(ack[1]),
-                                   "--go-fd",     std::to_string(go[0])};
+  std::vector<std::string> args = {binary,   "--store", store_path, "--ack-fd", std::to_string(ack[1]),
+                                   "--go-fd", std::to_string(go[0])};
+  args.insert(args.end(), workload_args.begin(), workload_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -245,7 +246,8 @@ TEST_P(BitExactResumeTest, SigkilledRunResumesBitExactly) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   const std::string store_path = dir.path() + "/store";
-  const ChildOutcome child = RunChildAndKill(store_path, kind, kill_after, kill_delay_us);
+  const ChildOutcome child = RunChildAndKill(
+      store_path, {"--optimizer", std::string(OptimizerKindName(kind))}, kill_after, kill_delay_us);
   ASSERT_TRUE(child.error.empty()) << child.error;
   ASSERT_FALSE(child.acks.empty());
   for (size_t i = 0; i < child.acks.size(); ++i) ASSERT_EQ(child.acks[i], static_cast<int64_t>(i));
@@ -394,6 +396,77 @@ TEST(ResumeSensitivityTest, EveryRestoredPieceChangesTheOutcome) {
           << "spoiling the " << spoiler.what << " left the trajectory unchanged: " << Join(differing);
     }
   }
+}
+
+// Two models with two optimizers (a GAN's generator and discriminator) are
+// one atomic snapshot: killed at a random step, resumed into fresh objects.
+TEST(BitExactResumeTwoModelsTest, SigkilledGanResumesBitExactly) {
+  torch::set_num_threads(1);
+  std::vector<NamedTensors> ref_states;
+  std::vector<std::pair<int64_t, double>> ref_losses;
+  {
+    GanRun reference(kTrainSeed);
+    torch::manual_seed(kTrainSeed);
+    while (reference.cursor().position() < kGanSteps) {
+      ASSERT_OK(reference.MicroStep());
+      ref_states.push_back(CollectGanState(reference));
+    }
+    ref_losses = reference.losses();
+  }
+  std::mt19937_64 rng(kKillSeed);
+  const int64_t kill_after = std::uniform_int_distribution<int64_t>(5, kGanSteps - 10)(rng);
+  const int kill_delay_us = std::uniform_int_distribution<int>(0, 3000)(rng);
+
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string store_path = dir.path() + "/store";
+  const ChildOutcome child = RunChildAndKill(store_path, {"--workload", "gan"}, kill_after, kill_delay_us);
+  ASSERT_TRUE(child.error.empty()) << child.error;
+  ASSERT_FALSE(child.acks.empty());
+  const int64_t last_ack = child.acks.back();
+  ASSERT_GE(last_ack, kill_after);
+  ASSERT_LE(last_ack, kill_after + 1);
+  const bool capture_interrupted = child.in_flight == last_ack + 1;
+
+  torch::manual_seed(kFreshSeed);
+  auto store = Store::Open(store_path);
+  ASSERT_OK(store.status());
+  auto latest = (*store)->Latest();
+  ASSERT_OK(latest.status());
+  ASSERT_TRUE(latest->has_value());
+  if (capture_interrupted) {
+    ASSERT_TRUE(**latest == last_ack || **latest == last_ack + 1) << **latest << " vs " << last_ack;
+  } else {
+    ASSERT_EQ(**latest, last_ack);
+  }
+  const int64_t restored = **latest;
+
+  Checkpointer checkpointer(**store);
+  GanRun resumed(kFreshSeed);
+  {
+    const NamedTensors fresh = CollectGanState(resumed);
+    for (const char* name : {"param/generator.0.weight", "param/discriminator.3.bias", "rng/cpu"}) {
+      EXPECT_FALSE(BitwiseEqual(Entry(ref_states[restored], name), Entry(fresh, name))) << name;
+    }
+  }
+  ASSERT_OK(checkpointer.RestoreLatest(resumed.State()));
+  const auto after_restore = DifferingEntries(ref_states[restored], CollectGanState(resumed));
+  ASSERT_TRUE(after_restore.empty()) << "right after restoring step " << restored << ": " << Join(after_restore);
+
+  while (resumed.cursor().position() < kGanSteps) {
+    const int64_t step = resumed.cursor().position();
+    ASSERT_OK(resumed.MicroStep());
+    ASSERT_OK(checkpointer.Capture(step, resumed.State()));
+  }
+  const auto at_end = DifferingEntries(ref_states.back(), CollectGanState(resumed));
+  EXPECT_TRUE(at_end.empty()) << "final state: " << Join(at_end);
+  ASSERT_EQ(resumed.losses().size(), static_cast<size_t>(kGanSteps - restored - 1));
+  for (const auto& [index, loss] : resumed.losses()) {
+    ASSERT_EQ(std::memcmp(&loss, &ref_losses[index].second, sizeof(double)), 0) << "loss of step " << index;
+  }
+  std::printf("[ resume   ] gan: killed %d us after step %lld%s, resumed from %lld\n", kill_delay_us,
+              static_cast<long long>(kill_after), capture_interrupted ? " inside a Capture" : "",
+              static_cast<long long>(restored));
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, BitExactResumeTest, ::testing::ValuesIn(AllOptimizerKinds()),

@@ -8,6 +8,7 @@
 // moment of its choosing.
 //
 //   trainsnap_resume_child --store DIR --optimizer NAME --ack-fd FD --go-fd FD
+//   trainsnap_resume_child --store DIR --workload gan --ack-fd FD --go-fd FD
 //
 // Exit codes: 0 all micro-steps done, 2 usage, 3 a trainsnap or training error.
 #include <unistd.h>
@@ -20,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include "resume/gan_workload.h"
 #include "resume/lora_workload.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
@@ -48,12 +50,12 @@ bool ReadByte(int fd) {
   }
 }
 
-Status Train(const std::string& store_path, OptimizerKind kind, int ack_fd, int go_fd) {
-  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(store_path));
-  Checkpointer checkpointer(*store);
-  LoraRun run(kind, kTrainSeed);
+// Runs `run` from the start to `total` steps with a snapshot after each.
+template <class Run>
+Status Train(Store& store, Run& run, int64_t total, int ack_fd, int go_fd) {
+  Checkpointer checkpointer(store);
   torch::manual_seed(kTrainSeed);
-  while (run.cursor().position() < kTotalMicroSteps) {
+  while (run.cursor().position() < total) {
     const int64_t step = run.cursor().position();
     TRAINSNAP_RETURN_IF_ERROR(run.MicroStep());
     const int64_t started = ~step;
@@ -65,29 +67,42 @@ Status Train(const std::string& store_path, OptimizerKind kind, int ack_fd, int 
   return Status::OK();
 }
 
+Status Main(const std::string& store_path, const std::string& workload, const std::string& optimizer, int ack_fd,
+            int go_fd) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(store_path));
+  if (workload == "gan") {
+    GanRun run(kTrainSeed);
+    return Train(*store, run, kGanSteps, ack_fd, go_fd);
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(OptimizerKind kind, ParseOptimizerKind(optimizer));
+  LoraRun run(kind, kTrainSeed);
+  return Train(*store, run, kTotalMicroSteps, ack_fd, go_fd);
+}
+
 }  // namespace
 }  // namespace trainsnap::internal
 
 int main(int argc, char** argv) {
   using namespace trainsnap::internal;  // NOLINT: test helper binary
-  std::string store_path, optimizer;
+  std::string store_path, optimizer, workload = "lora";
   int ack_fd = -1, go_fd = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--store") store_path = argv[i + 1];
     else if (flag == "--optimizer") optimizer = argv[i + 1];
+    else if (flag == "--workload") workload = argv[i + 1];
     else if (flag == "--ack-fd") ack_fd = std::atoi(argv[i + 1]);
     else if (flag == "--go-fd") go_fd = std::atoi(argv[i + 1]);
   }
-  auto kind = ParseOptimizerKind(optimizer);
-  if (store_path.empty() || ack_fd < 0 || go_fd < 0 || !kind.ok()) {
-    std::fprintf(stderr, "usage: %s --store DIR --optimizer NAME --ack-fd FD --go-fd FD\n", argv[0]);
+  if (store_path.empty() || ack_fd < 0 || go_fd < 0 || (workload != "lora" && workload != "gan")) {
+    std::fprintf(stderr, "usage: %s --store DIR [--workload lora|gan] [--optimizer NAME] --ack-fd FD --go-fd FD\n",
+                 argv[0]);
     return 2;
   }
   // The reference runs with one intra-op thread too: reduction order, and so
   // the bits of a result, may depend on the thread count.
   torch::set_num_threads(1);
-  trainsnap::Status status = Train(store_path, *kind, ack_fd, go_fd);
+  trainsnap::Status status = Main(store_path, workload, optimizer, ack_fd, go_fd);
   if (!status.ok()) {
     std::fprintf(stderr, "trainsnap_resume_child: %s\n", status.ToString().c_str());
     return 3;
