@@ -232,6 +232,10 @@ TEST(CrashTest, KillsNeverLoseOrTearAcknowledgedSnapshots) {
     auto pruned = (*store)->Prune(keep);
     ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
     for (int64_t s : pruned->deleted_steps) expected.erase(s);
+    if ((k + 1) % 100 == 0) {
+      std::printf("[ crash ] %d kills so far, %llu acknowledged snapshots\n", k + 1, (unsigned long long)acknowledged);
+      std::fflush(stdout);
+    }
   }
   std::printf("[ crash ] kills %d (", kill_count);
   for (const auto& [where, n] : kills_at) std::printf(" %s: %d", where.c_str(), n);
