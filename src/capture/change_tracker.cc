@@ -3,7 +3,9 @@
 namespace trainsnap::internal {
 
 std::optional<ChangeTracker::Identity> ChangeTracker::IdentityOf(const torch::Tensor& tensor) {
-  if (!tensor.defined() || tensor.is_inference()) return std::nullopt;
+  // Tensors that require grad are what optimizers update, and LibTorch's SGD
+  // does so through `.data()`, which does not bump the version counter.
+  if (!tensor.defined() || tensor.is_inference() || tensor.requires_grad()) return std::nullopt;
   Identity id;
   id.impl.emplace(tensor.getIntrusivePtr());
   id.data = tensor.data_ptr();

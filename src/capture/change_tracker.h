@@ -11,7 +11,11 @@
 // a custom kernel, another library sharing the memory) do NOT bump the
 // version and are invisible here: turn CheckpointerOptions::skip_unchanged
 // off when the training code writes tensors that way. Inference tensors have
-// no version counter and are never reused.
+// no version counter and are never reused. Tensors that require grad are
+// never reused either: LibTorch 1.13's SGD updates parameters through
+// `.data()` (no version bump). The checkpointer asks only about frozen
+// parameters: buffers are skipped too, since kernels such as batch norm
+// update running statistics in place without (reliably) bumping the counter.
 #pragma once
 
 #include <cstdint>

@@ -19,7 +19,8 @@ Status DescribeTensor(const torch::Tensor& tensor, Message* out) {
   return Status::OK();
 }
 
-// Stages `tensor`, or records it as unchanged when the tracker says so.
+// Stages `tensor`, or records it as unchanged when the tracker says so. Only
+// frozen parameters are offered to the tracker (see change_tracker.h).
 Status StageOrReuse(StagedSnapshot& snapshot, ChangeTracker* tracker, uint64_t id, const char* role,
                     const torch::Tensor& tensor, const std::string& name) {
   if (tracker != nullptr) {
@@ -90,12 +91,12 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   for (const NamedModel& model : models) manifest.add_models(model.key);
 
   for (const ContractEntry& entry : contract.trainable) {
-    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot, tracker).WithContext("parameter `" + entry.names.front() + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot, nullptr).WithContext("parameter `" + entry.names.front() + "`"));
   }
   if (options.model_state != ModelState::kTrainable) {
     for (const ContractEntry& entry : contract.buffers) {
       TRAINSNAP_RETURN_IF_ERROR(
-          StageModelTensor(entry, "buffer", *snapshot, tracker).WithContext("buffer `" + entry.names.front() + "`"));
+          StageModelTensor(entry, "buffer", *snapshot, nullptr).WithContext("buffer `" + entry.names.front() + "`"));
     }
   }
   if (options.model_state == ModelState::kFull) {

@@ -27,7 +27,7 @@ struct StagedSnapshot {
 // InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
 // null extra; NotSupported for an unsupported optimizer or dtype. May throw
 // c10::Error (the caller converts it).
-// With a `tracker`, parameters and buffers unchanged since its last
+// With a `tracker`, frozen parameters unchanged since its last
 // committed capture go to StagedSnapshot::unchanged instead of the staging area.
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
