@@ -62,9 +62,9 @@ struct CheckpointerOptions {
   std::string base_label;
   // Also fingerprint the frozen parameters' bytes (computed once, cached).
   bool hash_base_content = false;
-  // Reuse the stored record of a tensor that is the same tensor object, on the
-  // same memory, with the same version counter as at the last committed
-  // capture (no copy, no hash). In-place ops (add_, copy_, optimizer steps,
+  // Reuse the stored record of a frozen parameter that is the same tensor
+  // object, on the same memory, with the same version counter as at the last
+  // committed capture (no copy, no hash). In-place ops (add_, copy_, optimizer steps,
   // zero_grad) bump the version counter; writes through a raw data pointer
   // (data_ptr(), memcpy, custom kernels) and through `.data()` do NOT:
   // turn this off if the training code modifies tensors that way.
