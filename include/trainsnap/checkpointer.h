@@ -69,6 +69,49 @@ struct CheckpointerOptions {
   // (data_ptr(), memcpy, custom kernels) and through `.data()` do NOT:
   // turn this off if the training code modifies tensors that way.
   bool skip_unchanged = true;
+  // Threads of the capture pipeline (encode and commit of asynchronous
+  // captures, parallel restore decode). 0 = hardware threads.
+  int threads = 0;
+  // Upper bound on the host staging memory of the captures in flight
+  // (pooled buffers handed out plus those kept for reuse). 0 = 1 GiB.
+  // CaptureAsync waits (back-pressure) rather than exceed it while other
+  // captures are in flight; a single capture larger than the bound is
+  // admitted alone (it waits for every other capture to finish, then stages
+  // in full, so that it cannot deadlock).
+  size_t max_staging_bytes = 0;
+};
+
+// Staging-memory figures of a Checkpointer's pipeline (for tests and benchmarks).
+struct PipelineStats {
+  size_t max_staging_bytes = 0;
+  size_t staging_in_use_bytes = 0;    // buffers handed out now
+  size_t staging_cached_bytes = 0;    // buffers kept for reuse now
+  size_t staging_peak_bytes = 0;      // highest staging_in_use_bytes so far
+  uint64_t staging_allocations = 0;   // fresh buffers
+  uint64_t staging_reuses = 0;        // buffers reused from earlier captures
+  uint64_t staging_waits = 0;         // stagings that waited for memory (back-pressure)
+};
+
+namespace internal {
+class CaptureState;
+}  // namespace internal
+
+// The outcome of one asynchronous capture. Copyable; every copy refers to the
+// same capture. A default-constructed handle refers to none (Wait returns
+// InvalidArgument).
+class CaptureHandle {
+ public:
+  CaptureHandle() = default;
+  explicit CaptureHandle(std::shared_ptr<internal::CaptureState> state);
+  // Blocks until the snapshot committed or failed; its status (the same one
+  // every time). Errors are those of Capture.
+  Status Wait() const;
+  // True once Wait would not block.
+  bool Ready() const;
+  int64_t step() const;
+
+ private:
+  std::shared_ptr<internal::CaptureState> state_;
 };
 
 struct RestoreOptions {
@@ -82,7 +125,7 @@ struct RestoreOptions {
 class Checkpointer {
  public:
   explicit Checkpointer(Store& store, CheckpointerOptions options = {});
-  ~Checkpointer();
+  ~Checkpointer();  // waits for the captures in flight (Flush)
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -91,8 +134,25 @@ class Checkpointer {
   // parameter holds a gradient, tied names disagree, an optimizer holds a
   // tensor of no captured model; NotSupported: LBFGS or an unknown optimizer;
   // AlreadyExists: `step` is stored.
+  // Same as CaptureAsync(step, state) followed by Wait().
   Status Capture(int64_t step, const TrainingState& state);
-  // Restores snapshot `step` into `target`, whose composition must match the
+  // Stages `state` as snapshot `step` on this thread and returns as soon as
+  // every tensor is staged (host copies taken or, for device tensors, queued
+  // on a side stream ordered against the current stream): the caller may then
+  // modify every tensor at once (optimizer step, zero_grad, in-place ops); the
+  // snapshot holds the values of this call. Encode and commit run on the
+  // pipeline's threads; commits happen in the order of the CaptureAsync calls.
+  // Waits while the staging bound is reached (CheckpointerOptions::
+  // max_staging_bytes). Staging errors (InvalidArgument, NotSupported) are
+  // returned here; encode and commit errors (AlreadyExists, I/O) through the
+  // handle and Flush, and later captures still commit.
+  Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);
+  // Waits for every capture in flight; returns the first error of a capture
+  // since the last Flush (including those already seen through a handle).
+  Status Flush();
+  PipelineStats pipeline_stats() const;
+  // Restores snapshot `step` into `target` (after every capture in flight
+  // finished), whose composition must match the
   // snapshot's: same models (keys), trainable parameters (names, shapes,
   // dtypes, tying), frozen base, optimizers (type, param-group membership),
   // and scheduler/accumulation/extra present on both sides or neither; RNG is

@@ -2,53 +2,18 @@
 
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
 #include "capture/base_identity.h"
-#include "capture/encode.h"
+#include "capture/pipeline.h"
 #include "capture/stage.h"
+#include "capture/staging_scope.h"
 #include "restore/restore_snapshot.h"
 
 namespace trainsnap {
-
-class Checkpointer::Impl {
- public:
-  Impl(Store& store, CheckpointerOptions options) : store_(store), options_(std::move(options)) {}
-
-  Status Capture(int64_t step, const TrainingState& state) {
-    internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
-    if (tracker) TRAINSNAP_RETURN_IF_ERROR(tracker->BeginCapture(store_, step));
-    Status s = CaptureTracked(step, state, tracker);
-    if (tracker) s.ok() ? tracker->Committed(step) : tracker->Abandoned(step);
-    return s;
-  }
-
-  Status CaptureTracked(int64_t step, const TrainingState& state, internal::ChangeTracker* tracker) {
-    TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<internal::StagedSnapshot> staged,
-                               internal::Stage(step, state, options_, base_, tracker));
-    TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store_.BeginSnapshot(step));
-    TRAINSNAP_RETURN_IF_ERROR(internal::EncodeTensors(*staged, *writer));
-    return internal::CommitSnapshot(*staged, *writer).status();
-  }
-
-  Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
-    // The restored bytes must be captured again in full once: forget what
-    // the tracker knew (restore copies in place, but be independent of how).
-    tracker_.Reset();
-    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_);
-  }
-
-  Store& store() { return store_; }
-
- private:
-  Store& store_;
-  CheckpointerOptions options_;
-  // Caches the frozen base's content hash across captures and restores.
-  internal::BaseIdentityBuilder base_;
-  // Unchanged-tensor detection across captures (CheckpointerOptions::skip_unchanged).
-  internal::ChangeTracker tracker_;
-};
 
 namespace {
 
@@ -66,7 +31,93 @@ Status Guarded(const std::string& context, Fn&& fn) {
   }
 }
 
+std::string CaptureContext(int64_t step) { return "capture step " + std::to_string(step); }
+
 }  // namespace
+
+CaptureHandle::CaptureHandle(std::shared_ptr<internal::CaptureState> state) : state_(std::move(state)) {}
+
+Status CaptureHandle::Wait() const {
+  if (!state_) return Status::InvalidArgument("wait on an empty CaptureHandle");
+  return state_->Wait();
+}
+
+bool CaptureHandle::Ready() const { return state_ == nullptr || state_->Ready(); }
+
+int64_t CaptureHandle::step() const { return state_ ? state_->step() : 0; }
+
+class Checkpointer::Impl {
+ public:
+  Impl(Store& store, CheckpointerOptions options)
+      : store_(store),
+        options_(std::move(options)),
+        pipeline_(std::make_unique<internal::CapturePipeline>(store_, options_.threads, options_.max_staging_bytes)) {}
+
+  // Errors carry "capture step N"; staging errors also count for Flush.
+  Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state) {
+    internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
+    std::unique_ptr<internal::StagedSnapshot> staged;
+    std::vector<std::shared_ptr<c10::Event>> ready;
+    Status staging = Guarded(CaptureContext(step), [&]() -> Status {
+      if (tracker) TRAINSNAP_RETURN_IF_ERROR(tracker->BeginCapture(store_, step));
+      // CopyToHost inside Stage takes pooled buffers (waiting at the bound)
+      // and queues device readbacks through this scope.
+      internal::StagingScope scope(pipeline_->staging_pool(), &pipeline_->copy_pool());
+      Result<std::unique_ptr<internal::StagedSnapshot>> result = internal::Stage(step, state, options_, base_, tracker);
+      if (!result.ok()) return result.status();
+      staged = std::move(result).value();
+      ready = scope.Finish();
+      return Status::OK();
+    });
+    if (!staging.ok()) {
+      if (tracker) tracker->Abandoned(step);
+      pipeline_->Failed(step, staging);
+      return staging;
+    }
+    std::shared_ptr<internal::CaptureState> capture =
+        pipeline_->Submit(std::move(staged), std::move(ready), [tracker, step](const Status& status) {
+          if (tracker) status.ok() ? tracker->Committed(step) : tracker->Abandoned(step);
+        });
+    return CaptureHandle(std::move(capture));
+  }
+
+  Status Flush() { return pipeline_->Flush(); }
+  void WaitIdle() { pipeline_->WaitIdle(); }
+
+  Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
+    pipeline_->WaitIdle();  // a capture in flight may be the one to restore
+    // The restored bytes must be captured again in full once: forget what
+    // the tracker knew (restore copies in place, but be independent of how).
+    tracker_.Reset();
+    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_,
+                                     &pipeline_->pool());
+  }
+
+  PipelineStats Stats() const {
+    internal::StagingPoolStats s = pipeline_->staging_pool()->stats();
+    PipelineStats out;
+    out.max_staging_bytes = s.max_bytes;
+    out.staging_in_use_bytes = s.in_use_bytes;
+    out.staging_cached_bytes = s.cached_bytes;
+    out.staging_peak_bytes = s.peak_in_use_bytes;
+    out.staging_allocations = s.allocations;
+    out.staging_reuses = s.reuses;
+    out.staging_waits = s.waits;
+    return out;
+  }
+
+  Store& store() { return store_; }
+
+ private:
+  Store& store_;
+  CheckpointerOptions options_;
+  // Caches the frozen base's content hash across captures and restores.
+  internal::BaseIdentityBuilder base_;
+  // Unchanged-tensor detection across captures (CheckpointerOptions::skip_unchanged).
+  internal::ChangeTracker tracker_;
+  // Last member: destroyed (flushed) first, while the tracker still lives.
+  std::unique_ptr<internal::CapturePipeline> pipeline_;
+};
 
 Checkpointer::Checkpointer(Store& store, CheckpointerOptions options)
     : impl_(std::make_unique<Impl>(store, std::move(options))) {}
@@ -74,8 +125,18 @@ Checkpointer::Checkpointer(Store& store, CheckpointerOptions options)
 Checkpointer::~Checkpointer() = default;
 
 Status Checkpointer::Capture(int64_t step, const TrainingState& state) {
-  return Guarded("capture step " + std::to_string(step), [&] { return impl_->Capture(step, state); });
+  TRAINSNAP_ASSIGN_OR_RETURN(CaptureHandle handle, CaptureAsync(step, state));
+  return handle.Wait();
 }
+
+Result<CaptureHandle> Checkpointer::CaptureAsync(int64_t step, const TrainingState& state) {
+  // Impl converts exceptions and adds the context itself.
+  return impl_->CaptureAsync(step, state);
+}
+
+Status Checkpointer::Flush() { return impl_->Flush(); }
+
+PipelineStats Checkpointer::pipeline_stats() const { return impl_->Stats(); }
 
 Status Checkpointer::Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
   return Guarded("restore step " + std::to_string(step), [&] { return impl_->Restore(step, target, options); });
@@ -83,6 +144,7 @@ Status Checkpointer::Restore(int64_t step, const TrainingState& target, const Re
 
 Status Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
   return Guarded("restore latest", [&]() -> Status {
+    impl_->WaitIdle();  // the latest may still be in flight
     TRAINSNAP_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl_->store().Latest());
     if (!latest.has_value()) return Status::NotFound("the store holds no snapshot");
     return impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest));

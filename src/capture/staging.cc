@@ -2,11 +2,14 @@
 
 #include <cstring>
 
+#include "capture/staging_scope.h"
 #include "capture/torch_dtype.h"
 
 namespace trainsnap::internal {
 
 torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
+  // An asynchronous capture stages into its pooled, bounded buffers.
+  if (StagingScope* scope = StagingScope::Current()) return scope->CopyToHost(tensor);
   // copy=true: a fresh buffer even when `tensor` is already a contiguous CPU
   // tensor, so that training may overwrite it while the copy is encoded.
   return tensor.detach().to(torch::kCPU, tensor.scalar_type(), /*non_blocking=*/false, /*copy=*/true,
@@ -14,6 +17,8 @@ torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
 }
 
 bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
+  // The bytes of an asynchronous capture's copies may still be in flight.
+  if (StagingScope* scope = StagingScope::Current()) scope->Settle();
   const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
   size_t size = host.nbytes();
   // Compare word-wise against a zero block; the tail byte-wise.

@@ -1,16 +1,25 @@
 #include "restore/decode.h"
 
 #include "capture/contract.h"
+#include "store/parallel_for.h"
 #include "capture/torch_dtype.h"
 
 namespace trainsnap::internal {
 
-Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
+Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted,
+                                     boost::asio::thread_pool* pool) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
   std::map<TensorKey, const TensorRecord*> by_key;
   for (const TensorRecord& record : records) by_key.emplace(TensorKey(record.param_id, record.role), &record);
 
-  DecodedTensors decoded;
+  // Check every record and allocate its host tensor first; then read.
+  struct Read {
+    const TensorRecord* record;
+    torch::Tensor host;
+    std::string what;
+  };
+  std::vector<Read> reads;
+  reads.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
     const std::string what = "tensor `" + want.name + "` role " + want.role;
     auto it = by_key.find(TensorKey(want.param_id, want.role));
@@ -31,8 +40,23 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
       return Status::Corruption(what + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
                                 std::to_string(host.nbytes()));
     }
-    TRAINSNAP_RETURN_IF_ERROR(store.ReadTensor(record, host.data_ptr(), host.nbytes()).WithContext(what));
-    decoded.emplace(TensorKey(want.param_id, want.role), std::move(host));
+    reads.push_back({&record, std::move(host), what});
+  }
+  std::vector<Status> results(reads.size());
+  auto read = [&](size_t i) {
+    Read& r = reads[i];
+    results[i] = store.ReadTensor(*r.record, r.host.data_ptr(), r.host.nbytes()).WithContext(r.what);
+    return Status::OK();
+  };
+  if (pool != nullptr) {
+    TRAINSNAP_RETURN_IF_ERROR(ParallelFor(*pool, reads.size(), read));
+  } else {
+    for (size_t i = 0; i < reads.size(); ++i) TRAINSNAP_RETURN_IF_ERROR(read(i));
+  }
+  for (const Status& status : results) TRAINSNAP_RETURN_IF_ERROR(status);
+  DecodedTensors decoded;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(reads[i].host));
   }
   return decoded;
 }

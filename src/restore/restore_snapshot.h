@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "capture/base_identity.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"
@@ -13,8 +15,10 @@
 namespace trainsnap::internal {
 
 // On error before the copy, every live object is unchanged. May throw
-// c10::Error (the caller converts it).
+// c10::Error (the caller converts it). With a `pool`, tensors decode in
+// parallel on it (see DecodeTensors).
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base);
+                       const std::string& base_label, BaseIdentityBuilder& base,
+                       boost::asio::thread_pool* pool = nullptr);
 
 }  // namespace trainsnap::internal

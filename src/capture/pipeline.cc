@@ -1,0 +1,173 @@
+#include "capture/pipeline.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <c10/util/Exception.h>
+
+#include "capture/device_readback.h"
+#include "capture/encode.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+std::mutex encode_delay_mu;
+std::function<std::chrono::milliseconds(int64_t)> encode_delay;  // guarded by encode_delay_mu
+
+// Pool tasks must not throw: LibTorch and allocation errors become a Status.
+template <class Fn>
+Status Contained(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const c10::Error& e) {
+    return Status::Aborted(std::string("LibTorch: ") + e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    return Status::Aborted("out of memory");
+  } catch (const std::exception& e) {
+    return Status::Aborted(e.what());
+  }
+}
+
+size_t ThreadCount(int threads) {
+  return threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+Status CaptureState::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  return status_;
+}
+
+bool CaptureState::Ready() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+void CaptureState::Finish(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = std::move(status);
+  done_ = true;
+  cv_.notify_all();
+}
+
+void CapturePipeline::SetEncodeDelayForTesting(std::function<std::chrono::milliseconds(int64_t step)> delay) {
+  std::lock_guard<std::mutex> lock(encode_delay_mu);
+  encode_delay = std::move(delay);
+}
+
+CapturePipeline::CapturePipeline(Store& store, int threads, size_t max_staging_bytes)
+    : store_(store),
+      staging_pool_(StagingPool::Create(max_staging_bytes)),
+      pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
+      copy_pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
+      commit_strand_(boost::asio::make_strand(pool_->get_executor())) {}
+
+CapturePipeline::~CapturePipeline() {
+  Status ignored = Flush();  // errors were reported through the handles
+  (void)ignored;
+  pool_->join();
+  copy_pool_->join();
+}
+
+std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnapshot> staged,
+                                                      std::vector<std::shared_ptr<c10::Event>> ready,
+                                                      std::function<void(const Status&)> on_done) {
+  auto job = std::make_shared<Job>();
+  job->state = std::make_shared<CaptureState>(staged->step);
+  job->staged = std::move(staged);
+  job->ready = std::move(ready);
+  job->on_done = std::move(on_done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job->seq = next_seq_++;
+    ++in_flight_;
+  }
+  std::shared_ptr<CaptureState> state = job->state;
+  boost::asio::post(*pool_, [this, job]() mutable {
+    Encode(*job);
+    EncodeDone(std::move(job));
+  });
+  return state;
+}
+
+std::shared_ptr<CaptureState> CapturePipeline::Failed(int64_t step, Status status) {
+  auto state = std::make_shared<CaptureState>(step);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_.ok()) first_error_ = status;
+  }
+  state->Finish(std::move(status));
+  return state;
+}
+
+void CapturePipeline::Encode(Job& job) {
+  const int64_t step = job.staged->step;
+  job.status = Contained([&]() -> Status {
+    for (const std::shared_ptr<c10::Event>& event : job.ready) WaitForEvent(*event);
+    job.ready.clear();
+    std::chrono::milliseconds delay{0};
+    {
+      std::lock_guard<std::mutex> lock(encode_delay_mu);
+      if (encode_delay) delay = encode_delay(step);
+    }
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    TRAINSNAP_ASSIGN_OR_RETURN(job.writer, store_.BeginSnapshot(step));
+    return EncodeTensors(*job.staged, *job.writer);
+  });
+  // The host copies are encoded (or useless): back to the pool now, not at commit.
+  job.staged->staging = StagingArea();
+}
+
+void CapturePipeline::EncodeDone(std::shared_ptr<Job> job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  encoded_.emplace(job->seq, std::move(job));
+  // Posting to the strand in sequence order makes the commits run in that order.
+  for (auto it = encoded_.find(next_commit_); it != encoded_.end(); it = encoded_.find(next_commit_)) {
+    boost::asio::post(commit_strand_, [this, next = std::move(it->second)] { Commit(*next); });
+    encoded_.erase(it);
+    ++next_commit_;
+  }
+}
+
+void CapturePipeline::Commit(Job& job) {
+  const int64_t step = job.staged->step;
+  if (job.status.ok()) {
+    job.status = Contained([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
+  }
+  job.writer.reset();  // an uncommitted writer abandons its snapshot
+  job.status = job.status.WithContext("capture step " + std::to_string(step));
+  if (job.on_done) job.on_done(job.status);
+  Status status = job.status;
+  job.staged.reset();
+  job.state->Finish(status);
+  Done(status);
+}
+
+void CapturePipeline::Done(const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status.ok() && first_error_.ok()) first_error_ = status;
+  --in_flight_;
+  idle_.notify_all();
+}
+
+void CapturePipeline::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+Status CapturePipeline::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  Status error = std::move(first_error_);
+  first_error_ = Status::OK();
+  return error;
+}
+
+}  // namespace trainsnap::internal

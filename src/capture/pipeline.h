@@ -1,0 +1,109 @@
+// CapturePipeline: encodes and commits staged snapshots on its own
+// boost::asio::thread_pool while training goes on.
+//
+// Each submitted snapshot is encoded by one pool task (wait for its device
+// readback events, BeginSnapshot, AddTensor per tensor -- each itself
+// parallel over chunks on the Store's pool, a different pool, so this cannot
+// deadlock --, then its staging buffers are released). Commits run on one
+// strand in submission order: snapshot k+1 never commits before k, whatever
+// order the encodes finish in. A snapshot whose encode or commit fails
+// reports it through its CaptureState and Flush; later ones still commit.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <c10/core/Event.h>
+
+#include "capture/stage.h"
+#include "capture/staging_pool.h"
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+// The outcome of one capture in flight; shared by its handle and the pipeline.
+class CaptureState {
+ public:
+  explicit CaptureState(int64_t step) : step_(step) {}
+  int64_t step() const { return step_; }
+  Status Wait();
+  bool Ready();
+  void Finish(Status status);
+
+ private:
+  const int64_t step_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+class CapturePipeline {
+ public:
+  // threads 0 = hardware threads; max_staging_bytes 0 = 1 GiB.
+  CapturePipeline(Store& store, int threads, size_t max_staging_bytes);
+  ~CapturePipeline();  // Flush()es, then joins the pool
+
+  const std::shared_ptr<StagingPool>& staging_pool() const { return staging_pool_; }
+  boost::asio::thread_pool& pool() { return *pool_; }
+  // For the staging memcpy of large CPU tensors: separate from pool(), whose
+  // threads may all be busy encoding earlier snapshots.
+  boost::asio::thread_pool& copy_pool() { return *copy_pool_; }
+
+  // Encodes `staged` once every event in `ready` completed, then commits it
+  // after every earlier submission. `on_done` runs on the commit strand with
+  // the final status before the handle becomes ready.
+  std::shared_ptr<CaptureState> Submit(std::unique_ptr<StagedSnapshot> staged,
+                                       std::vector<std::shared_ptr<c10::Event>> ready,
+                                       std::function<void(const Status&)> on_done);
+  // A capture that failed before Submit (staging) still counts in Flush.
+  std::shared_ptr<CaptureState> Failed(int64_t step, Status status);
+  // Waits for every submission; returns the first error since the last Flush.
+  Status Flush();
+  // Waits for every submission; keeps the errors for the next Flush.
+  void WaitIdle();
+
+  // Test hook: every encode of step s first sleeps delay(s) (a deliberately
+  // slow encoder; encodes finishing out of order). Empty = no delay.
+  static void SetEncodeDelayForTesting(std::function<std::chrono::milliseconds(int64_t step)> delay);
+
+ private:
+  struct Job {
+    uint64_t seq = 0;
+    std::unique_ptr<StagedSnapshot> staged;
+    std::vector<std::shared_ptr<c10::Event>> ready;
+    std::function<void(const Status&)> on_done;
+    std::shared_ptr<CaptureState> state;
+    std::unique_ptr<SnapshotWriter> writer;
+    Status status;
+  };
+  void Encode(Job& job);
+  void EncodeDone(std::shared_ptr<Job> job);
+  void Commit(Job& job);
+  void Done(const Status& status);
+
+  Store& store_;
+  std::shared_ptr<StagingPool> staging_pool_;
+  std::unique_ptr<boost::asio::thread_pool> pool_;
+  std::unique_ptr<boost::asio::thread_pool> copy_pool_;
+  boost::asio::strand<boost::asio::thread_pool::executor_type> commit_strand_;
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  uint64_t next_seq_ = 0;
+  uint64_t next_commit_ = 0;
+  std::map<uint64_t, std::shared_ptr<Job>> encoded_;  // waiting for their turn to commit
+  size_t in_flight_ = 0;
+  Status first_error_;
+};
+
+}  // namespace trainsnap::internal

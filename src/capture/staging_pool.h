@@ -1,0 +1,70 @@
+// StagingPool: host staging buffers for captures in flight, reused between
+// captures (free lists keyed by size class) and bounded in bytes.
+//
+// Bound: the bytes of the buffers handed out plus those kept for reuse stay
+// within max_bytes. Acquire waits (back-pressure) while other owners (other
+// snapshots in flight) hold buffers and the new one would exceed the bound;
+// they release theirs as their encodes finish. An owner alone in flight is
+// always admitted, so a single snapshot larger than the bound still goes
+// through (alone: its peak is its own size) rather than deadlocking.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace trainsnap::internal {
+
+// The buffers one snapshot holds; shared by the pool and the buffers' deleters.
+struct StagingOwner {
+  size_t held = 0;  // guarded by the pool's mutex
+};
+
+struct StagingPoolStats {
+  size_t max_bytes = 0;
+  size_t in_use_bytes = 0;  // handed out now (size-class bytes)
+  size_t cached_bytes = 0;  // kept for reuse now
+  size_t peak_in_use_bytes = 0;
+  uint64_t allocations = 0;  // fresh buffers
+  uint64_t reuses = 0;       // buffers served from the free lists
+  uint64_t waits = 0;        // Acquire calls that had to wait
+};
+
+class StagingPool : public std::enable_shared_from_this<StagingPool> {
+ public:
+  static constexpr size_t kDefaultMaxBytes = size_t{1} << 30;
+
+  // max_bytes 0 = kDefaultMaxBytes.
+  static std::shared_ptr<StagingPool> Create(size_t max_bytes);
+
+  // A contiguous CPU tensor of `sizes`/`dtype` (pinned when `pinned`) whose
+  // memory returns to the pool when the last reference to it dies. Charged to
+  // `owner` until then. Waits as described above. May throw c10::Error or
+  // std::bad_alloc from the allocator.
+  torch::Tensor Acquire(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
+                        const std::shared_ptr<StagingOwner>& owner);
+
+  StagingPoolStats stats() const;
+  // Bytes charged for a request of `bytes`: rounded up to one of 8 classes
+  // per power of two (at most 12.5% over), at least 4 KiB.
+  static size_t SizeClass(size_t bytes);
+
+ private:
+  explicit StagingPool(size_t max_bytes) : max_bytes_(max_bytes) {}
+  void Release(torch::Tensor backing, size_t size_class, bool pinned, StagingOwner* owner);
+
+  using FreeKey = std::pair<size_t, bool>;  // (size class, pinned)
+  const size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::condition_variable released_;
+  std::map<FreeKey, std::vector<torch::Tensor>> free_;
+  StagingPoolStats stats_;
+};
+
+}  // namespace trainsnap::internal

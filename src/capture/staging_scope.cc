@@ -1,0 +1,88 @@
+#include "capture/staging_scope.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "store/parallel_for.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+thread_local StagingScope* current_scope = nullptr;
+
+// Whether pinned host memory is available for `device`'s copies.
+bool PinnedFor(const c10::Device& device) { return device.is_cuda() && torch::cuda::is_available(); }
+
+}  // namespace
+
+StagingScope::StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::thread_pool* copy_pool)
+    : pool_(std::move(pool)), copy_pool_(copy_pool), previous_(current_scope) {
+  current_scope = this;
+}
+
+StagingScope::~StagingScope() { current_scope = previous_; }
+
+StagingScope* StagingScope::Current() { return current_scope; }
+
+torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
+  torch::Tensor src = tensor.detach();
+  const c10::Device device = src.device();
+  torch::Tensor dst = pool_->Acquire(src.sizes(), src.scalar_type(), PinnedFor(device), owner_);
+  if (dst.numel() == 0) return dst;
+  if (device.is_cpu()) {
+    if (src.is_contiguous() && src.nbytes() >= kParallelCopyBytes && copy_pool_ != nullptr) {
+      host_copies_.push_back({src, dst});
+    } else {
+      dst.copy_(src);
+    }
+    return dst;
+  }
+  std::unique_ptr<DeviceReadback>& readback = readbacks_[device.str()];
+  if (!readback) readback = std::make_unique<DeviceReadback>(device);
+  readback->Copy(dst, src);
+  return dst;
+}
+
+void StagingScope::RunHostCopies() {
+  if (host_copies_.empty()) return;
+  // Ranges of about kParallelCopyBytes / 2 over every deferred copy.
+  struct Range {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t bytes;
+  };
+  std::vector<Range> ranges;
+  constexpr size_t kRange = kParallelCopyBytes / 2;
+  for (const HostCopy& copy : host_copies_) {
+    auto* dst = static_cast<uint8_t*>(copy.dst.data_ptr());
+    const auto* src = static_cast<const uint8_t*>(copy.src.data_ptr());
+    const size_t bytes = copy.src.nbytes();
+    for (size_t offset = 0; offset < bytes; offset += kRange) {
+      ranges.push_back({dst + offset, src + offset, std::min(kRange, bytes - offset)});
+    }
+  }
+  Status ignored = ParallelFor(*copy_pool_, ranges.size(), [&](size_t i) {
+    std::memcpy(ranges[i].dst, ranges[i].src, ranges[i].bytes);
+    return Status::OK();
+  });
+  (void)ignored;  // memcpy cannot fail
+  host_copies_.clear();
+}
+
+void StagingScope::Settle() {
+  RunHostCopies();
+  for (const std::shared_ptr<c10::Event>& event : Finish()) WaitForEvent(*event);
+}
+
+std::vector<std::shared_ptr<c10::Event>> StagingScope::Finish() {
+  RunHostCopies();
+  for (auto& [device, readback] : readbacks_) done_.push_back(readback->Finish());
+  readbacks_.clear();
+  std::vector<std::shared_ptr<c10::Event>> done = std::move(done_);
+  done_.clear();
+  return done;
+}
+
+}  // namespace trainsnap::internal
