@@ -352,7 +352,19 @@ Status RocksStore::AcquireView(std::shared_lock<std::shared_mutex>* lock) {
   return Status::OK();
 }
 
+void RocksStore::NoteBackgroundErrors() {
+  std::shared_lock<std::shared_mutex> lock(db_mu_);
+  if (db_ == nullptr || txn_db_ == nullptr) return;
+  uint64_t count = 0;
+  if (!db_->GetIntProperty(rocksdb::DB::Properties::kBackgroundErrors, &count)) return;
+  uint64_t seen = background_errors_seen_.load();
+  while (count > seen && !background_errors_seen_.compare_exchange_weak(seen, count)) {
+  }
+  if (count > seen) needs_resume_.store(true);
+}
+
 Status RocksStore::PrepareWrite() {
+  NoteBackgroundErrors();
   if (!needs_resume_.load()) return Status::OK();
   std::lock_guard<std::mutex> lock(resume_mu_);
   if (!needs_resume_.load()) return Status::OK();  // another thread recovered
@@ -378,6 +390,7 @@ Status RocksStore::PrepareWrite() {
   Status s = OpenRocks(path_, reopen, /*read_only=*/false, env_, &fresh);
   if (s.ok()) {
     Adopt(fresh);
+    background_errors_seen_ = 0;  // a new instance counts from zero
     needs_resume_ = false;
     recovery_error_ = Status::OK();
     return Status::OK();

@@ -86,6 +86,10 @@ class RocksStore final : public Store {
                           DbHandles* out);
   static void CloseRocks(DbHandles* h);
   void Adopt(const DbHandles& h);
+  // Sets needs_resume_ when RocksDB recorded a background error (a failed
+  // flush or compaction) since the last check: the database then refuses
+  // writes although no call of this store failed.
+  void NoteBackgroundErrors();
   Result<std::vector<SnapshotInfo>> ListLocked();
 
   RocksStore() = default;
@@ -154,6 +158,9 @@ class RocksStore final : public Store {
   std::mutex commit_mu_;
   std::mutex resume_mu_;  // serializes recoveries
   std::atomic<bool> needs_resume_{false};
+  // RocksDB's count of background errors (failed flushes, compactions) seen
+  // so far by this instance of the database; reset on reopen.
+  std::atomic<uint64_t> background_errors_seen_{0};
   Status recovery_error_;  // why db_ is null; guarded by db_mu_
   StoreOptions options_;   // as opened; for reopening after a failure
 };

@@ -111,7 +111,9 @@ TEST(PowerLossTest, WithoutCloseEveryImageHoldsExactlyTheCommittedSnapshots) {
     ASSERT_TRUE(verify.ok()) << verify.status().ToString();
     EXPECT_TRUE(verify->ok());
     store->reset();
-    if (image.partial_step != 0) EXPECT_EQ(CountTensorRecords(image.path, image.partial_step), 0u);
+    if (image.partial_step != 0) {
+      EXPECT_EQ(CountTensorRecords(image.path, image.partial_step), 0u);
+    }
     ++checked;
   }
   EXPECT_EQ(checked, 1 + 2 * kSteps + kSteps / 3);
