@@ -22,7 +22,16 @@ StagingScope::StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::threa
   current_scope = this;
 }
 
-StagingScope::~StagingScope() { current_scope = previous_; }
+StagingScope::~StagingScope() {
+  current_scope = previous_;
+  host_copies_.clear();  // nobody reads them
+  if (readbacks_.empty()) return;
+  try {
+    Settle();  // a failed staging: the copies must end before their buffers are reused
+  } catch (...) {
+    // Nothing to report to: the capture already failed.
+  }
+}
 
 StagingScope* StagingScope::Current() { return current_scope; }
 
@@ -42,6 +51,7 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   std::unique_ptr<DeviceReadback>& readback = readbacks_[device.str()];
   if (!readback) readback = std::make_unique<DeviceReadback>(device);
   readback->Copy(dst, src);
+  device_dsts_.push_back(dst);
   return dst;
 }
 
@@ -72,6 +82,7 @@ void StagingScope::RunHostCopies() {
 }
 
 void StagingScope::Settle() {
+  const std::vector<torch::Tensor> in_flight = device_dsts_;  // alive until their copies end
   RunHostCopies();
   for (const std::shared_ptr<c10::Event>& event : Finish()) WaitForEvent(*event);
 }
@@ -80,6 +91,7 @@ std::vector<std::shared_ptr<c10::Event>> StagingScope::Finish() {
   RunHostCopies();
   for (auto& [device, readback] : readbacks_) done_.push_back(readback->Finish());
   readbacks_.clear();
+  device_dsts_.clear();  // the caller's staging area holds them until `done`
   std::vector<std::shared_ptr<c10::Event>> done = std::move(done_);
   done_.clear();
   return done;

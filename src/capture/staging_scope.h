@@ -30,7 +30,9 @@ class StagingScope {
   // Installs itself on the calling thread; `copy_pool` runs the ranges of
   // large CPU copies (the calling thread must not be one of its threads).
   StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::thread_pool* copy_pool);
-  ~StagingScope();  // uninstalls; pending copies are dropped (the capture failed)
+  // Uninstalls. After a failed staging, drops pending CPU copies and waits
+  // for device copies still writing into their buffers.
+  ~StagingScope();
   StagingScope(const StagingScope&) = delete;
   StagingScope& operator=(const StagingScope&) = delete;
 
@@ -66,6 +68,8 @@ class StagingScope {
   std::vector<HostCopy> host_copies_;
   std::map<std::string, std::unique_ptr<DeviceReadback>> readbacks_;  // by device string
   std::vector<std::shared_ptr<c10::Event>> done_;
+  // Destinations of device copies not yet Finish()ed: alive until then.
+  std::vector<torch::Tensor> device_dsts_;
   StagingScope* previous_;
 };
 
