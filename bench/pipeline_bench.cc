@@ -1,0 +1,181 @@
+// pipeline_bench: the asynchronous capture pipeline in a training loop with a
+// snapshot after every optimizer step (issue 4). Prints medians of:
+//   stall   -- Checkpointer::CaptureAsync on the training thread, against one
+//              memcpy of the same bytes into a warm buffer;
+//   persist -- logical and stored MB/s of back-to-back captures until Flush;
+//   restore -- Checkpointer::Restore against torch::load of the same state;
+//   loop    -- training-loop time with a snapshot per step against without.
+// Usage: pipeline_bench [width=1024] [layers=4] [steps=20] [runs=3] [dir=/tmp/pipeline_bench]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using trainsnap::Checkpointer;
+using trainsnap::Status;
+using trainsnap::Store;
+using trainsnap::TrainingState;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void Check(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+struct Setup {
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  torch::Tensor x, y;
+  Setup(int64_t width, int layers) {
+    torch::manual_seed(1);
+    for (int i = 0; i < layers; ++i) model->push_back(torch::nn::Linear(width, width));
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    x = torch::randn({64, width});
+    y = torch::randn({64, width});
+  }
+  void Step() {
+    optimizer->zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    optimizer->step();
+  }
+  TrainingState State() {
+    TrainingState state;
+    state.model = model.ptr().get();
+    state.optimizer = optimizer.get();
+    return state;
+  }
+};
+
+double MemcpySeconds(size_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    auto a = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    t.push_back(Seconds(a, Clock::now()));
+  }
+  if (dst[bytes / 2] != 1) std::abort();
+  return Median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t width = argc > 1 ? std::atoll(argv[1]) : 1024;
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
+  const int runs = argc > 4 ? std::atoi(argv[4]) : 3;
+  const std::filesystem::path dir = argc > 5 ? argv[5] : "/tmp/pipeline_bench";
+  torch::set_num_threads(1);  // the training thread; the pipeline has its own
+
+  std::vector<double> stall, memcpy_s, ratio, logical_mb_s, stored_mb_s, restore_s, load_s, overhead;
+  for (int run = 0; run < runs; ++run) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    trainsnap::StoreOptions options;
+    options.sync = false;
+    auto opened = Store::Open((dir / "store").string(), options);
+    Check(opened.status(), "open");
+    std::unique_ptr<Store> store = std::move(opened).value();
+    Setup setup(width, layers);
+    setup.Step();  // optimizer state exists
+
+    // Loop without snapshots.
+    auto a = Clock::now();
+    for (int i = 0; i < steps; ++i) setup.Step();
+    const double without = Seconds(a, Clock::now());
+
+    // Loop with a snapshot per step (the Flush at the end is part of the cost).
+    std::vector<double> run_stall;
+    uint64_t bytes = 0;
+    {
+      Checkpointer checkpointer(*store);
+      a = Clock::now();
+      for (int i = 1; i <= steps; ++i) {
+        setup.Step();
+        auto s0 = Clock::now();
+        auto handle = checkpointer.CaptureAsync(i, setup.State());
+        run_stall.push_back(Seconds(s0, Clock::now()));
+        Check(handle.status(), "capture");
+      }
+      Check(checkpointer.Flush(), "flush");
+      const double with = Seconds(a, Clock::now());
+      overhead.push_back(100.0 * (with - without) / without);
+      auto info = store->Info(steps);
+      Check(info.status(), "info");
+      bytes = info->logical_bytes;
+
+      // Persist throughput: back-to-back captures of changing state, no training.
+      uint64_t logical = 0, stored = 0;
+      a = Clock::now();
+      for (int i = 1; i <= 5; ++i) {
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& p : setup.model->parameters()) p.add_(1e-3);
+        }
+        Check(checkpointer.CaptureAsync(1000 + i, setup.State()).status(), "capture");
+      }
+      Check(checkpointer.Flush(), "flush");
+      const double persist = Seconds(a, Clock::now());
+      for (int i = 1; i <= 5; ++i) {
+        auto pi = store->Info(1000 + i);
+        Check(pi.status(), "info");
+        logical += pi->logical_bytes;
+        stored += pi->new_bytes;
+      }
+      logical_mb_s.push_back(logical / 1e6 / persist);
+      stored_mb_s.push_back(stored / 1e6 / persist);
+
+      // Restore against torch::load of the same state.
+      Setup target(width, layers);
+      target.Step();
+      a = Clock::now();
+      Check(checkpointer.Restore(1005, target.State()), "restore");
+      restore_s.push_back(Seconds(a, Clock::now()));
+    }
+    torch::save(setup.model, (dir / "model.pt").string());
+    torch::save(*setup.optimizer, (dir / "optimizer.pt").string());
+    Setup target(width, layers);
+    target.Step();
+    a = Clock::now();
+    torch::load(target.model, (dir / "model.pt").string());
+    torch::load(*target.optimizer, (dir / "optimizer.pt").string());
+    load_s.push_back(Seconds(a, Clock::now()));
+
+    const double m = MemcpySeconds(bytes);
+    stall.push_back(Median(run_stall));
+    memcpy_s.push_back(m);
+    ratio.push_back(Median(run_stall) / m);
+    std::printf("run %d: %.1f MB/snapshot, stall %.2f ms, memcpy %.2f ms, persist %.0f MB/s logical %.0f stored, "
+                "restore %.1f ms, torch::load %.1f ms, loop overhead %.1f%%\n",
+                run + 1, bytes / 1e6, stall.back() * 1e3, m * 1e3, logical_mb_s.back(), stored_mb_s.back(),
+                restore_s.back() * 1e3, load_s.back() * 1e3, overhead.back());
+  }
+  std::printf("median of %d runs: stall %.2f ms, memcpy %.2f ms (ratio %.2fx), persist %.0f MB/s logical, %.0f MB/s "
+              "stored, restore %.1f ms vs torch::load %.1f ms, loop overhead %.1f%%\n",
+              runs, Median(stall) * 1e3, Median(memcpy_s) * 1e3, Median(ratio), Median(logical_mb_s),
+              Median(stored_mb_s), Median(restore_s) * 1e3, Median(load_s) * 1e3, Median(overhead));
+  std::filesystem::remove_all(dir);
+  return 0;
+}
