@@ -70,10 +70,12 @@ struct CheckpointerOptions {
   // turn this off if the training code modifies tensors that way.
   bool skip_unchanged = true;
   // Threads of the capture pipeline (encode and commit of asynchronous
-  // captures, parallel restore decode). 0 = hardware threads.
+  // captures, parallel restore decode). 0 = StoreOptions::threads of the
+  // store (whose 0 means hardware threads).
   int threads = 0;
   // Upper bound on the host staging memory of the captures in flight
-  // (pooled buffers handed out plus those kept for reuse). 0 = 1 GiB.
+  // (pooled buffers handed out plus those kept for reuse). 0 = the store's
+  // StoreOptions::max_staging_bytes (whose 0 means 1 GiB).
   // CaptureAsync waits (back-pressure) rather than exceed it while other
   // captures are in flight; a single capture larger than the bound is
   // admitted alone (it waits for every other capture to finish, then stages

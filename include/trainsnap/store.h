@@ -37,7 +37,8 @@ struct StoreOptions {
   bool sync = true;
   // Worker threads for encoding and decoding chunks. 0 = hardware threads.
   int threads = 0;
-  // Upper bound on host staging memory for snapshots in flight, in bytes.
+  // Upper bound on host staging memory for snapshots in flight, in bytes,
+  // used by Checkpointers on this store whose own max_staging_bytes is 0.
   // 0 = 1 GiB. Capture waits (back-pressure) rather than exceeding it.
   size_t max_staging_bytes = 0;
   // Create the store if `path` does not exist. Open fails with NotFound otherwise.
@@ -200,6 +201,8 @@ class Store {
   virtual const std::string& path() const = 0;
   virtual bool read_only() const = 0;
   virtual size_t chunk_bytes() const = 0;
+  // The options this store was opened with (defaults for a read-only store).
+  virtual const StoreOptions& options() const = 0;
   // Read-only stores: catch up with snapshots the writer committed since.
   virtual Status Refresh() = 0;
 

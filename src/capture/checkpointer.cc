@@ -51,7 +51,12 @@ class Checkpointer::Impl {
   Impl(Store& store, CheckpointerOptions options)
       : store_(store),
         options_(std::move(options)),
-        pipeline_(std::make_unique<internal::CapturePipeline>(store_, options_.threads, options_.max_staging_bytes)) {}
+        pipeline_(std::make_unique<internal::CapturePipeline>(
+            store_,
+            // 0 in the checkpointer's options defers to the store's (DESIGN.md:
+            // StoreOptions carries the pipeline's threads and staging bound).
+            options_.threads != 0 ? options_.threads : store_.options().threads,
+            options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes)) {}
 
   // Errors carry "capture step N"; staging errors also count for Flush.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state) {

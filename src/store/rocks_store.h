@@ -36,6 +36,7 @@ class RocksStore final : public Store {
   const std::string& path() const override { return path_; }
   bool read_only() const override { return read_only_; }
   size_t chunk_bytes() const override { return chunk_bytes_; }
+  const StoreOptions& options() const override { return options_; }
   Status Refresh() override;
 
   Result<std::vector<SnapshotInfo>> List() override;
