@@ -21,5 +21,7 @@ install(FILES ${PROJECT_BINARY_DIR}/trainsnapConfig.cmake
               ${PROJECT_BINARY_DIR}/trainsnapConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
 
+# The .pc file locates the prefix relative to itself (relocatable installs).
+file(RELATIVE_PATH TRAINSNAP_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/trainsnap.pc.in ${PROJECT_BINARY_DIR}/trainsnap.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/trainsnap.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

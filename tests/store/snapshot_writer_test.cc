@@ -193,7 +193,9 @@ TEST(SnapshotWriterDeltaTest, ChainsAreBoundedByTheKeyframeIntervalAndRestoreBit
   for (int i = 0; i < 10; ++i) {
     const int depth = i % 4;
     EXPECT_EQ(ChunkDepths(path, i + 1, 1), std::vector<int>(4, depth)) << "step " << i + 1;
-    if (depth > 0) EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 7) << new_bytes[i] << " vs " << new_bytes[0];
+    if (depth > 0) {
+      EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 7) << new_bytes[i] << " vs " << new_bytes[0];
+    }
   }
   EXPECT_EQ(ChunkDepsEntries(path), 4u * 7);  // one per delta chunk
 }
