@@ -110,49 +110,40 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
   TieGrouper param_groups;
   std::vector<ContractEntry> buffers;
   TieGrouper buffer_groups;
+  // Adds `tensor` under `name`: to its tie group when the tensor is already
+  // known under another name, else as a new entry.
+  auto add = [](std::vector<ContractEntry>& entries, TieGrouper& groups, const std::string& model_key,
+                const torch::Tensor& tensor, std::string name) -> Status {
+    long group = groups.Find(tensor);
+    if (group >= 0) {
+      TRAINSNAP_RETURN_IF_ERROR(CheckTie(entries[group], tensor, name));
+      entries[group].names.push_back(std::move(name));
+      AddImpl(entries[group], tensor);
+      groups.Add(tensor, group);
+      return Status::OK();
+    }
+    groups.Add(tensor, static_cast<long>(entries.size()));
+    ContractEntry entry;
+    entry.id = ParamId(name);
+    entry.model = model_key;
+    entry.names.push_back(std::move(name));
+    entry.tensor = tensor;
+    entry.impls.push_back(tensor.unsafeGetTensorImpl());
+    entries.push_back(std::move(entry));
+    return Status::OK();
+  };
   for (const NamedModel& model : models) {
     for (const auto& item : model.module->named_parameters(/*recurse=*/true)) {
       const torch::Tensor& tensor = item.value();
       if (!tensor.defined()) continue;
       std::string name = QualifiedName(model.key, item.key());
       if (tensor.is_sparse()) return Status::NotSupported("parameter `" + name + "` is sparse");
-      long group = param_groups.Find(tensor);
-      if (group >= 0) {
-        TRAINSNAP_RETURN_IF_ERROR(CheckTie(params[group], tensor, name));
-        params[group].names.push_back(std::move(name));
-        AddImpl(params[group], tensor);
-        param_groups.Add(tensor, group);
-        continue;
-      }
-      param_groups.Add(tensor, static_cast<long>(params.size()));
-      ContractEntry entry;
-      entry.id = ParamId(name);
-      entry.model = model.key;
-      entry.names.push_back(std::move(name));
-      entry.tensor = tensor;
-      entry.impls.push_back(tensor.unsafeGetTensorImpl());
-      params.push_back(std::move(entry));
+      TRAINSNAP_RETURN_IF_ERROR(add(params, param_groups, model.key, tensor, std::move(name)));
     }
     for (const auto& item : model.module->named_buffers(/*recurse=*/true)) {
       const torch::Tensor& tensor = item.value();
       if (!tensor.defined()) continue;
-      std::string name = QualifiedName(model.key, item.key());
-      long group = buffer_groups.Find(tensor);
-      if (group >= 0) {
-        TRAINSNAP_RETURN_IF_ERROR(CheckTie(buffers[group], tensor, name));
-        buffers[group].names.push_back(std::move(name));
-        AddImpl(buffers[group], tensor);
-        buffer_groups.Add(tensor, group);
-        continue;
-      }
-      buffer_groups.Add(tensor, static_cast<long>(buffers.size()));
-      ContractEntry entry;
-      entry.id = ParamId(name);
-      entry.model = model.key;
-      entry.names.push_back(std::move(name));
-      entry.tensor = tensor;
-      entry.impls.push_back(tensor.unsafeGetTensorImpl());
-      buffers.push_back(std::move(entry));
+      TRAINSNAP_RETURN_IF_ERROR(add(buffers, buffer_groups, model.key, tensor, QualifiedName(model.key, item.key())));
     }
   }
 

@@ -723,6 +723,13 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
   return CheckWrite(db_->Write(wo, &batch), "delete snapshots");
 }
 
+Status RocksStore::CheckStored(int64_t step) {
+  auto data = ReadSnapshotRecord(step);
+  if (!data.ok()) return data.status();
+  if (!data->has_value()) return Status::NotFound("no such snapshot");
+  return Status::OK();
+}
+
 Status RocksStore::Delete(int64_t step) {
   const std::string context = "delete " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
@@ -730,9 +737,7 @@ Status RocksStore::Delete(int64_t step) {
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  auto data = ReadSnapshotRecord(step);
-  if (!data.ok()) return data.status().WithContext(context);
-  if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
+  TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
   return DeleteSteps({step}, nullptr).WithContext(context);
 }
 
@@ -743,9 +748,7 @@ Status RocksStore::Rollback(int64_t step) {
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  auto data = ReadSnapshotRecord(step);
-  if (!data.ok()) return data.status().WithContext(context);
-  if (!data->has_value()) return Status::NotFound(context + ": no such snapshot");
+  TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
   auto steps = ListSteps();
   if (!steps.ok()) return steps.status().WithContext(context);
   std::vector<int64_t> later;

@@ -107,6 +107,8 @@ class RocksStore final : public Store {
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
   Result<std::vector<int64_t>> ListSteps();
+  // OK when snapshot `step` is committed; NotFound otherwise.
+  Status CheckStored(int64_t step);
   // Deletes the snapshots `steps` (and their tensor records) in one atomic
   // batch; collects the chunk refs of their records into *released if given.
   Status DeleteSteps(const std::vector<int64_t>& steps, std::vector<ChunkRef>* released);
