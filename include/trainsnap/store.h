@@ -26,9 +26,21 @@ struct RetentionPolicy {
 };
 
 
+// The base of an XOR-delta chunk.
+enum class DeltaReference {
+  // The chunk's last keyframe: every delta is one level deep, so restoring
+  // any snapshot decodes at most two chunk values per chunk.
+  kKeyframe,
+  // The chunk's previous version: smaller deltas when values drift, but a
+  // chain up to keyframe_interval - 1 deep, each level decoded on restore.
+  kParent,
+};
+
 struct StoreOptions {
-  // Zstd level for new chunks (1..19). 0 = 3. Not fixed: may change between opens.
-  int zstd_level = 3;
+  // Zstd level for new chunks (1..19). 0 = 1: on shuffled floats level 1
+  // compresses as well as 3 at twice the speed (bench/README.md, codec).
+  // Not fixed: may change between opens.
+  int zstd_level = 1;
   // Chunk size in bytes, fixed when the store is created. 0 = use the stored
   // value (1 MiB for a new store). A non-zero value that differs from the
   // store's is an InvalidArgument error.
@@ -48,12 +60,13 @@ struct StoreOptions {
   // A failure to prune does not fail the commit; the next commit retries.
   RetentionPolicy retention;
   // XOR deltas (docs/format.md, "Delta chunks"): a changed chunk may be
-  // stored as its XOR with the same chunk of the tensor's previous snapshot
-  // when that is smaller. A chunk's delta chain is shorter than this, so a
-  // keyframe (no delta) comes at least every keyframe_interval snapshots of
-  // a tensor and restoring any snapshot decodes at most that many chunks per
-  // chunk. 0 or 1 = never write deltas. At most 255.
+  // stored as its XOR with a base, the same chunk of an earlier snapshot of
+  // the tensor, when a sample says that is smaller. A keyframe (no delta)
+  // comes at least every keyframe_interval snapshots of a tensor. 0 or 1 =
+  // never write deltas. At most 255.
   int keyframe_interval = 16;
+  // Which earlier version a delta is taken against (see DeltaReference).
+  DeltaReference delta_reference = DeltaReference::kKeyframe;
   // Host memory for the raw bytes of each tensor's previous version (the
   // delta bases). 0 = 1 GiB. Tensors beyond it are written without deltas.
   size_t delta_base_cache_bytes = 0;

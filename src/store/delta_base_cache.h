@@ -1,7 +1,8 @@
-// DeltaBaseCache: the raw bytes of each tensor's latest committed version,
-// kept in memory by the writable store so that the next snapshot can encode
-// a changed chunk as the XOR with its parent chunk without reading the
-// parent back from the database (docs/format.md, "Delta chunks").
+// DeltaBaseCache: the raw bytes of each tensor's delta bases (its latest
+// committed version, or its latest keyframe chunks), kept in memory by the
+// writable store so that the next snapshot can encode a changed chunk as the
+// XOR with its base without reading the base back from the database
+// (docs/format.md, "Delta chunks").
 #pragma once
 
 #include <cstddef>
@@ -22,14 +23,19 @@ namespace trainsnap::internal {
 // the next version of that chunk is then written as a keyframe.
 inline constexpr uint8_t kUnknownDeltaDepth = 255;
 
+// Per chunk of a tensor: the chunk the next version's delta would be taken
+// against. With DeltaReference::kParent that is always the latest version;
+// with kKeyframe it is the latest keyframe, and `ages` counts the deltas
+// written against it since.
 struct DeltaBase {
   DType dtype = DType::kUnknown;
   uint64_t bytes = 0;
   size_t chunk = 0;  // chunk length used when it was cut
   std::vector<ChunkHash> hashes;
   std::vector<uint8_t> depths;  // chain depth per chunk (0 = keyframe)
-  // The tensor's raw bytes; empty when they did not fit the cache's budget
-  // (the next version is then written without deltas).
+  std::vector<uint8_t> ages;    // kKeyframe: deltas written against the chunk
+  // The base chunks' raw bytes; empty when they did not fit the cache's
+  // budget (the next version is then written without deltas).
   std::vector<uint8_t> raw;
 };
 

@@ -71,6 +71,7 @@ class RocksStore final : public Store {
     return Tensor(step, param_id, role);
   }
   int keyframe_interval() const { return keyframe_interval_; }
+  DeltaReference delta_reference() const { return delta_reference_; }
   // Delta bases: the latest raw bytes this process committed per tensor.
   DeltaBaseCache& delta_bases() { return delta_bases_; }
   // Commits the records of one snapshot atomically; applies retention.
@@ -134,7 +135,7 @@ class RocksStore final : public Store {
   std::string path_;
   bool read_only_ = false;
   size_t chunk_bytes_ = 0;
-  int zstd_level_ = 3;
+  int zstd_level_ = 1;
   bool sync_ = true;
   int threads_ = 1;
   RetentionPolicy retention_;
@@ -153,6 +154,7 @@ class RocksStore final : public Store {
   // Null only for a read-only open of a store written before deltas existed.
   rocksdb::ColumnFamilyHandle* chunk_deps_cf_ = nullptr;
   int keyframe_interval_ = 16;
+  DeltaReference delta_reference_ = DeltaReference::kKeyframe;
   DeltaBaseCache delta_bases_;
 
   std::unique_ptr<boost::asio::thread_pool> pool_;

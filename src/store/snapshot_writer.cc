@@ -31,6 +31,8 @@ bool UseFloat16Split(DType dtype) { return dtype == DType::kBFloat16 || dtype ==
 
 // Bytes of a chunk compressed twice (plain and XORed) to choose between them.
 constexpr size_t kDeltaSampleBytes = 64 << 10;
+// Smaller chunks are not worth a delta trial (and a header and base hash).
+constexpr size_t kMinDeltaBytes = 4096;
 
 std::string TensorName(uint64_t param_id, std::string_view role) {
   return "tensor param_id " + std::to_string(param_id) + " role " + std::string(role);
@@ -72,14 +74,16 @@ Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
   return true;
 }
 
-Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* parent,
-                                    size_t index, ChunkRef* ref, uint8_t* depth) {
+Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases,
+                                    size_t index, ChunkRef* ref, uint8_t* depth, bool* delta) {
   ref->hash = HashChunk(data, size);
   ref->raw_bytes = size;
-  const bool same_as_parent = parent && index < parent->hashes.size() && parent->hashes[index] == ref->hash;
+  *delta = false;
+  const bool has_base = bases && index < bases->hashes.size();
+  const bool same_as_base = has_base && bases->hashes[index] == ref->hash;
   // A deduplicated chunk keeps the depth it was written with, which this
-  // process knows only when it is the parent's chunk.
-  *depth = same_as_parent ? parent->depths[index] : kUnknownDeltaDepth;
+  // process knows only when it is the base chunk.
+  *depth = same_as_base ? bases->depths[index] : kUnknownDeltaDepth;
   bool first_use = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,32 +108,39 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     encode.element_size = ShuffleWidth(dtype);
     encode.float16_split = UseFloat16Split(dtype);
     std::string encoded;
-    TRAINSNAP_RETURN_IF_ERROR(EncodeChunk(data, size, encode, &encoded));
     *depth = 0;
     const ChunkHash* base_hash = nullptr;
-    // Delta against the parent's chunk at the same index, when the chain
-    // stays shorter than the keyframe interval and a sample says it pays.
+    // Delta against the base chunk at the same index (DeltaReference), while
+    // the keyframe interval allows one and a sample says it pays. The sample
+    // decides alone: compressing the whole chunk both ways would double the
+    // encoder's CPU for a few percent of bytes.
     const int interval = store_->keyframe_interval();
-    if (parent && !parent->raw.empty() && parent->dtype == dtype && index < parent->hashes.size() &&
-        parent->depths[index] != kUnknownDeltaDepth && static_cast<int>(parent->depths[index]) + 1 < interval &&
-        encoded.size() > kChunkHeaderBytes + 64) {
-      const uint8_t* base = parent->raw.data() + index * parent->chunk;
+    bool may_delta = has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
+    if (may_delta && store_->delta_reference() == DeltaReference::kKeyframe) {
+      may_delta = bases->depths[index] == 0 && static_cast<int>(bases->ages[index]) + 1 < interval;
+    } else if (may_delta) {
+      may_delta = bases->depths[index] != kUnknownDeltaDepth && static_cast<int>(bases->depths[index]) + 1 < interval;
+    }
+    if (may_delta) {
+      const uint8_t* base = bases->raw.data() + index * bases->chunk;
       const size_t plain_sample = SampleCompressedSize(data, nullptr, size, kDeltaSampleBytes, encode);
       const size_t delta_sample = SampleCompressedSize(data, base, size, kDeltaSampleBytes, encode);
       if (delta_sample < plain_sample) {
-        TRAINSNAP_ASSIGN_OR_RETURN(bool base_present, PinExisting(parent->hashes[index]));
+        TRAINSNAP_ASSIGN_OR_RETURN(bool base_present, PinExisting(bases->hashes[index]));
         if (base_present) {
-          std::string delta;
           TRAINSNAP_RETURN_IF_ERROR(
-              EncodeDeltaChunk(data, base, size, parent->hashes[index], parent->depths[index], encode, &delta));
-          if (delta.size() < encoded.size()) {
-            encoded.swap(delta);
-            *depth = static_cast<uint8_t>(parent->depths[index] + 1);
-            base_hash = &parent->hashes[index];
+              EncodeDeltaChunk(data, base, size, bases->hashes[index], bases->depths[index], encode, &encoded));
+          // A delta is always compressed; where even that does not beat raw
+          // storage, the plain encoding below falls back to raw.
+          if (encoded.size() < size) {
+            *depth = static_cast<uint8_t>(bases->depths[index] + 1);
+            *delta = true;
+            base_hash = &bases->hashes[index];
           }
         }
       }
     }
+    if (base_hash == nullptr) TRAINSNAP_RETURN_IF_ERROR(EncodeChunk(data, size, encode, &encoded));
     TRAINSNAP_RETURN_IF_ERROR(store_->PutChunk(ref->hash, encoded, base_hash));
     stored = encoded.size();
     store_->registry().NoteStored(ref->hash, *stored);
@@ -214,28 +225,40 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   const size_t n = (tensor.size_bytes + chunk - 1) / chunk;
   record.chunks.resize(n);
   const auto* base = static_cast<const uint8_t*>(tensor.data);
-  // The previous version of this tensor, when its layout matches.
-  std::shared_ptr<const DeltaBase> parent;
+  // The tensor's delta bases, when their layout matches.
+  std::shared_ptr<const DeltaBase> bases;
   const bool deltas = store_->keyframe_interval() > 1;
   if (deltas) {
-    parent = store_->delta_bases().Find(key);
-    if (parent && (parent->dtype != tensor.dtype || parent->bytes != tensor.size_bytes || parent->chunk != chunk)) {
-      parent.reset();
+    bases = store_->delta_bases().Find(key);
+    if (bases && (bases->dtype != tensor.dtype || bases->bytes != tensor.size_bytes || bases->chunk != chunk)) {
+      bases.reset();
     }
   }
+  // The bases of the next version: this version's chunks, except that with
+  // DeltaReference::kKeyframe a chunk written as a delta keeps its base.
   auto next = std::make_shared<DeltaBase>();
   next->dtype = tensor.dtype;
   next->bytes = tensor.size_bytes;
   next->chunk = chunk;
   next->hashes.resize(n);
   next->depths.resize(n, kUnknownDeltaDepth);
+  next->ages.resize(n, 0);
   if (deltas && tensor.size_bytes <= store_->delta_bases().budget()) next->raw.resize(tensor.size_bytes);
+  const bool keep_keyframes = store_->delta_reference() == DeltaReference::kKeyframe;
   Status s = ParallelFor(store_->pool(), n, [&](size_t i) {
     const size_t offset = i * chunk;
     const size_t size = std::min(chunk, tensor.size_bytes - offset);
-    Status cs = AddChunk(base + offset, size, tensor.dtype, parent.get(), i, &record.chunks[i], &next->depths[i]);
+    bool delta = false;
+    Status cs = AddChunk(base + offset, size, tensor.dtype, bases.get(), i, &record.chunks[i], &next->depths[i], &delta);
+    const uint8_t* source = base + offset;
     next->hashes[i] = record.chunks[i].hash;
-    if (!next->raw.empty()) std::memcpy(next->raw.data() + offset, base + offset, size);
+    if (cs.ok() && delta && keep_keyframes) {
+      next->hashes[i] = bases->hashes[i];
+      next->depths[i] = bases->depths[i];
+      next->ages[i] = static_cast<uint8_t>(bases->ages[i] + 1);
+      source = bases->raw.data() + offset;
+    }
+    if (!next->raw.empty()) std::memcpy(next->raw.data() + offset, source, size);
     return cs;
   });
 

@@ -33,10 +33,12 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
  private:
   // Hashes, dedups and (when new) encodes and writes chunk `index` of a
-  // tensor; `parent` (may be null) is the tensor's previous version, the
-  // delta base. Sets *depth to the chunk's delta chain depth.
-  Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* parent, size_t index,
-                  ChunkRef* ref, uint8_t* depth);
+  // tensor; `bases` (may be null) holds the tensor's delta bases. Sets
+  // *depth to the chunk's delta chain depth (kUnknownDeltaDepth when this
+  // process does not know it) and *delta to whether it was written as a
+  // delta against bases' chunk `index`.
+  Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases, size_t index,
+                  ChunkRef* ref, uint8_t* depth, bool* delta);
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 

@@ -114,12 +114,15 @@ TEST(SnapshotWriterTest, ConcurrentAddTensor) {
 
 // --- delta chunks (docs/format.md, "Delta chunks") ---------------------------
 
-StoreOptions DeltaOptions(int keyframe_interval) {
+// The chain tests below use DeltaReference::kParent (chains of any depth);
+// the kKeyframe tests say so.
+StoreOptions DeltaOptions(int keyframe_interval, DeltaReference reference = DeltaReference::kParent) {
   StoreOptions o;
   o.chunk_bytes = 16384;  // 4096 floats per chunk
   o.sync = false;
   o.threads = 2;
   o.keyframe_interval = keyframe_interval;
+  o.delta_reference = reference;
   return o;
 }
 
@@ -198,6 +201,77 @@ TEST(SnapshotWriterDeltaTest, ChainsAreBoundedByTheKeyframeIntervalAndRestoreBit
     }
   }
   EXPECT_EQ(ChunkDepsEntries(path), 4u * 7);  // one per delta chunk
+}
+
+TEST(SnapshotWriterDeltaTest, KeyframeReferenceDeltasAreOneLevelAgainstTheLastKeyframe) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> versions = {RandomFloats(16384, 1)};
+  for (int i = 1; i < 10; ++i) versions.push_back(Evolve(versions.back(), 1, 100 + i));
+  std::vector<std::vector<ChunkHash>> hashes;
+  std::vector<uint64_t> new_bytes;
+  {
+    auto store = Store::Open(path, DeltaOptions(4, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < 10; ++i) {
+      auto info = WriteSnapshot(**store, i + 1, {{1, &versions[i]}});
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_EQ(info->new_chunks, 4u);
+      new_bytes.push_back(info->new_bytes);
+      auto record = (*store)->Tensor(i + 1, 1, "param");
+      ASSERT_TRUE(record.ok());
+      std::vector<ChunkHash> h;
+      for (const ChunkRef& c : record->chunks) h.push_back(c.hash);
+      hashes.push_back(h);
+    }
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(ReadFloats(**store, i + 1, 1), versions[i]) << "step " << i + 1;
+    auto verify = (*store)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+  }
+  // Keyframes at snapshots 1, 5, 9; the three snapshots after each are
+  // deltas of depth 1 whose base is that keyframe's chunk.
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  for (int i = 0; i < 10; ++i) {
+    const bool keyframe = i % 4 == 0;
+    const int keyframe_index = i - i % 4;
+    for (size_t c = 0; c < 4; ++c) {
+      std::string value;
+      rocksdb::Status got =
+          raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(hashes[i][c]), &value);
+      ASSERT_TRUE(got.ok()) << got.ToString() << " step " << i + 1 << " chunk " << c;
+      auto header = internal::ParseChunkHeader(value);
+      ASSERT_TRUE(header.ok());
+      if (keyframe) {
+        EXPECT_NE(header->filter, internal::ChunkFilter::kXorDelta) << "step " << i + 1;
+        continue;
+      }
+      ASSERT_EQ(header->filter, internal::ChunkFilter::kXorDelta) << "step " << i + 1;
+      EXPECT_EQ(header->delta_depth, 1) << "step " << i + 1;
+      EXPECT_EQ(header->base, hashes[keyframe_index][c]) << "step " << i + 1 << " chunk " << c;
+    }
+    if (!keyframe) EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 8) << new_bytes[i] << " vs " << new_bytes[0];
+  }
+}
+
+TEST(SnapshotWriterDeltaTest, KeyframeReferenceGcKeepsOnlyTheKeyframe) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> versions = {RandomFloats(16384, 4)};
+  for (int i = 1; i < 6; ++i) versions.push_back(Evolve(versions.back(), 1, 200 + i));
+  auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+  ASSERT_TRUE(store.ok());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &versions[i]}}).ok());
+  for (int step = 1; step <= 5; ++step) ASSERT_TRUE((*store)->Delete(step).ok());
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 16u);  // the deltas of steps 2..5
+  EXPECT_EQ(gc->chunks_live, 8u);      // step 6's deltas and their base, step 1's keyframe
+  EXPECT_EQ(ReadFloats(**store, 6, 1), versions[5]);
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
 }
 
 TEST(SnapshotWriterDeltaTest, KeyframeIntervalOneWritesNoDeltas) {
