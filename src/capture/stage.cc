@@ -50,10 +50,18 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, Chan
     return Status::InvalidArgument("gradient " + ShapeString(grad.sizes()) + " " +
                                    c10::toString(grad.scalar_type()) + " does not match the parameter");
   }
-  torch::Tensor host = StagingArea::CopyToHost(grad);
   // A zeroed gradient (zero_grad() at a window boundary) costs nothing: it
-  // is recorded, not stored, and restored as zeros.
-  if (StagingArea::IsAllZeroBytes(host)) {
+  // is recorded, not stored, and restored as zeros. A contiguous host
+  // gradient is checked in place, before any copy: a non-zero one differs
+  // within its first bytes, and checking the staged copy instead would wait
+  // for the copies in flight. A device gradient is checked once staged.
+  const bool check_in_place = grad.device().is_cpu() && grad.is_contiguous();
+  if (check_in_place && StagingArea::IsAllZeroInPlace(grad)) {
+    param->set_grad(proto::GRAD_ZERO);
+    return Status::OK();
+  }
+  torch::Tensor host = StagingArea::CopyToHost(grad);
+  if (!check_in_place && StagingArea::IsAllZeroBytes(host)) {
     param->set_grad(proto::GRAD_ZERO);
     return Status::OK();
   }

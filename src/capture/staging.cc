@@ -19,8 +19,12 @@ torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
 bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
   // The bytes of an asynchronous capture's copies may still be in flight.
   if (StagingScope* scope = StagingScope::Current()) scope->Settle();
-  const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
-  size_t size = host.nbytes();
+  return IsAllZeroInPlace(host);
+}
+
+bool StagingArea::IsAllZeroInPlace(const torch::Tensor& tensor) {
+  const auto* bytes = static_cast<const unsigned char*>(tensor.data_ptr());
+  size_t size = tensor.nbytes();
   // Compare word-wise against a zero block; the tail byte-wise.
   static constexpr unsigned char kZeros[4096] = {};
   while (size >= sizeof(kZeros)) {

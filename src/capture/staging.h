@@ -28,8 +28,11 @@ class StagingArea {
  public:
   // A contiguous CPU copy of `tensor` that shares no memory with it.
   static torch::Tensor CopyToHost(const torch::Tensor& tensor);
-  // True when every byte of the (contiguous, host) tensor is zero.
+  // True when every byte of the (contiguous, host) tensor is zero. Waits
+  // for the current capture's copies in flight (the tensor may be one).
   static bool IsAllZeroBytes(const torch::Tensor& host);
+  // The same for a live contiguous CPU tensor, without waiting.
+  static bool IsAllZeroInPlace(const torch::Tensor& tensor);
 
   // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
   // duplicate (param_id, role); NotSupported for a dtype the store lacks.
