@@ -191,6 +191,11 @@ class SnapshotWriter {
   // or written, and the chunks are pinned against GC until Commit.
   // NotFound when that snapshot has no such tensor. Thread-safe like AddTensor.
   virtual Status AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) = 0;
+  // The same with a record already read from this store (Store::Tensor):
+  // reuses its chunk list, dtype and shape, whether or not the snapshot it
+  // was read from still exists. NotFound when one of its chunks is no longer
+  // stored (collected since). Thread-safe like AddTensor.
+  virtual Status AddTensorRecord(const TensorRecord& record) = 0;
   // Opaque application bytes (the checkpointer's manifest). Defaults to empty.
   virtual void SetManifest(std::string bytes) = 0;
   // Commits every tensor record and the manifest in one transaction with a

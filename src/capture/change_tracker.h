@@ -33,12 +33,16 @@
 
 namespace trainsnap::internal {
 
-// A staged tensor that is added by reference to an earlier snapshot.
+// A staged tensor that is added by reference to an earlier snapshot: its
+// record, read from `from_step` while staging (that snapshot may be pruned
+// before the capture commits; the record's chunks are then still live in
+// the snapshots after it, and the writer pins them).
 struct UnchangedTensor {
   uint64_t param_id = 0;
   std::string role;
   int64_t from_step = 0;
   std::string name;  // for error messages
+  TensorRecord record;
 };
 
 // Thread-safe: Observe runs on the training thread, Committed/Abandoned

@@ -68,7 +68,7 @@ class Checkpointer::Impl {
       // CopyToHost inside Stage takes pooled buffers (waiting at the bound)
       // and queues device readbacks through this scope.
       internal::StagingScope scope(pipeline_->staging_pool(), &pipeline_->copy_pool());
-      Result<std::unique_ptr<internal::StagedSnapshot>> result = internal::Stage(step, state, options_, base_, tracker);
+      Result<std::unique_ptr<internal::StagedSnapshot>> result = internal::Stage(step, state, options_, base_, internal::Reuse{tracker, &store_});
       if (!result.ok()) return result.status();
       staged = std::move(result).value();
       ready = scope.Finish();

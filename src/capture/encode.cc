@@ -11,8 +11,9 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
         writer.AddTensor(ViewOf(staged)).WithContext("tensor `" + name + "` role " + staged.role));
   }
   for (const UnchangedTensor& unchanged : snapshot.unchanged) {
-    TRAINSNAP_RETURN_IF_ERROR(writer.AddUnchangedTensor(unchanged.param_id, unchanged.role, unchanged.from_step)
-                                  .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role));
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensorRecord(unchanged.record)
+                                  .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role +
+                                               ", unchanged since step " + std::to_string(unchanged.from_step)));
   }
   return Status::OK();
 }

@@ -21,25 +21,32 @@ Status DescribeTensor(const torch::Tensor& tensor, Message* out) {
 
 // Stages `tensor`, or records it as unchanged when the tracker says so. Only
 // frozen parameters are offered to the tracker (see change_tracker.h).
-Status StageOrReuse(StagedSnapshot& snapshot, ChangeTracker* tracker, uint64_t id, const char* role,
+// The record is read now, on the training thread: the snapshot it comes from
+// may be pruned (retention) before this capture is encoded. When it cannot
+// be read, or does not match, the tensor is staged like any other.
+Status StageOrReuse(StagedSnapshot& snapshot, const Reuse& reuse, uint64_t id, const char* role,
                     const torch::Tensor& tensor, const std::string& name) {
-  if (tracker != nullptr) {
-    if (std::optional<int64_t> from = tracker->Observe(snapshot.step, id, role, tensor)) {
-      snapshot.unchanged.push_back({id, role, *from, name});
-      return Status::OK();
+  if (reuse.tracker != nullptr) {
+    if (std::optional<int64_t> from = reuse.tracker->Observe(snapshot.step, id, role, tensor)) {
+      Result<TensorRecord> record = reuse.store->Tensor(*from, id, role);
+      if (record.ok() && record->shape == std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) &&
+          record->bytes == tensor.nbytes()) {
+        snapshot.unchanged.push_back({id, role, *from, name, std::move(*record)});
+        return Status::OK();
+      }
     }
   }
   return snapshot.staging.Add(id, role, tensor, name);
 }
 
-Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, ChangeTracker* tracker) {
+Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, const Reuse& reuse) {
   proto::ContractParam* param = snapshot.manifest.add_params();
   param->set_id(entry.id);
   param->set_model(entry.model);
   for (const std::string& name : entry.names) param->add_names(name);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, param));
   param->set_device(entry.tensor.device().str());
-  TRAINSNAP_RETURN_IF_ERROR(StageOrReuse(snapshot, tracker, entry.id, "param", entry.tensor, entry.names.front()));
+  TRAINSNAP_RETURN_IF_ERROR(StageOrReuse(snapshot, reuse, entry.id, "param", entry.tensor, entry.names.front()));
 
   const torch::Tensor& grad = entry.tensor.grad();
   if (!grad.defined()) {
@@ -70,21 +77,21 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, Chan
 }
 
 Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnapshot& snapshot,
-                        ChangeTracker* tracker) {
+                        const Reuse& reuse) {
   proto::ModelTensor* out = snapshot.manifest.add_model_tensors();
   out->set_id(entry.id);
   out->set_model(entry.model);
   for (const std::string& name : entry.names) out->add_names(name);
   out->set_role(role);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, out));
-  return StageOrReuse(snapshot, tracker, entry.id, role, entry.tensor, entry.names.front());
+  return StageOrReuse(snapshot, reuse, entry.id, role, entry.tensor, entry.names.front());
 }
 
 }  // namespace
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              ChangeTracker* tracker) {
+                                              const Reuse& reuse) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(state));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(state));
   TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
@@ -99,18 +106,18 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   for (const NamedModel& model : models) manifest.add_models(model.key);
 
   for (const ContractEntry& entry : contract.trainable) {
-    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot, nullptr).WithContext("parameter `" + entry.names.front() + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot, Reuse{}).WithContext("parameter `" + entry.names.front() + "`"));
   }
   if (options.model_state != ModelState::kTrainable) {
     for (const ContractEntry& entry : contract.buffers) {
       TRAINSNAP_RETURN_IF_ERROR(
-          StageModelTensor(entry, "buffer", *snapshot, nullptr).WithContext("buffer `" + entry.names.front() + "`"));
+          StageModelTensor(entry, "buffer", *snapshot, Reuse{}).WithContext("buffer `" + entry.names.front() + "`"));
     }
   }
   if (options.model_state == ModelState::kFull) {
     for (const ContractEntry& entry : contract.frozen) {
       TRAINSNAP_RETURN_IF_ERROR(
-          StageModelTensor(entry, "param", *snapshot, tracker).WithContext("parameter `" + entry.names.front() + "`"));
+          StageModelTensor(entry, "param", *snapshot, reuse).WithContext("parameter `" + entry.names.front() + "`"));
     }
   }
   *manifest.mutable_base() = base.Build(contract, options.base_label, options.hash_base_content);

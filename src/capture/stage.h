@@ -27,10 +27,16 @@ struct StagedSnapshot {
 // InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
 // null extra; NotSupported for an unsupported optimizer or dtype. May throw
 // c10::Error (the caller converts it).
-// With a `tracker`, frozen parameters unchanged since its last
-// committed capture go to StagedSnapshot::unchanged instead of the staging area.
+// Reuse of unchanged tensors: both set, or neither (no reuse).
+struct Reuse {
+  ChangeTracker* tracker = nullptr;
+  Store* store = nullptr;  // where the tracker's steps are committed
+};
+// With `reuse`, frozen parameters unchanged since the tracker's last
+// committed capture go to StagedSnapshot::unchanged (with their records read
+// from `reuse.store`) instead of the staging area.
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              ChangeTracker* tracker = nullptr);
+                                              const Reuse& reuse = {});
 
 }  // namespace trainsnap::internal

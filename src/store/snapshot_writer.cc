@@ -160,13 +160,41 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
 }
 
 Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) {
-  const std::string name = TensorName(param_id, role);
   auto fail = [&](Status s) {
-    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + name + " unchanged since step " +
-                         std::to_string(from_step));
+    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + TensorName(param_id, role) +
+                         " unchanged since step " + std::to_string(from_step));
   };
   if (role.empty()) return fail(Status::InvalidArgument("empty role"));
-  const auto key = std::make_pair(param_id, role);
+  auto record = store_->CommittedTensor(from_step, param_id, role);
+  if (!record.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+    if (first_error_.ok()) first_error_ = fail(record.status());
+    return fail(record.status());
+  }
+  return AddRecord(std::move(*record), fail);
+}
+
+Status SnapshotWriterImpl::AddTensorRecord(const TensorRecord& record) {
+  auto fail = [&](Status s) {
+    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + TensorName(record.param_id, record.role) +
+                         " (reused record)");
+  };
+  if (record.role.empty()) return fail(Status::InvalidArgument("empty role"));
+  auto expected = CheckedTensorBytes(static_cast<uint32_t>(record.dtype), record.shape);
+  if (!expected.ok()) return fail(expected.status());
+  uint64_t total = 0;
+  for (const ChunkRef& c : record.chunks) total += c.raw_bytes;
+  if (*expected != record.bytes || total != record.bytes) {
+    return fail(Status::InvalidArgument("record of " + std::to_string(record.bytes) + " bytes has chunks of " +
+                                        std::to_string(total) + " bytes and a shape of " +
+                                        std::to_string(*expected) + " bytes"));
+  }
+  return AddRecord(record, fail);
+}
+
+Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<Status(Status)>& fail) {
+  const auto key = std::make_pair(record.param_id, record.role);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (committed_) return fail(Status::InvalidArgument("the snapshot is already committed"));
@@ -179,20 +207,18 @@ Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::stri
     if (first_error_.ok()) first_error_ = fail(s);
     return fail(s);
   };
-  auto record = store_->CommittedTensor(from_step, param_id, role);
-  if (!record.ok()) return unreserve(record.status());
   // Pin every chunk, then check it is still there: a GC that ran after the
   // record was read may have deleted the chunks of a deleted snapshot.
-  for (size_t i = 0; i < record->chunks.size(); ++i) {
-    auto present = PinExisting(record->chunks[i].hash);
+  for (size_t i = 0; i < record.chunks.size(); ++i) {
+    auto present = PinExisting(record.chunks[i].hash);
     if (!present.ok()) return unreserve(present.status());
     if (!*present) {
-      return unreserve(Status::NotFound("chunk " + std::to_string(i) + " " + record->chunks[i].hash.Hex() +
-                                        " of step " + std::to_string(from_step) + " is no longer stored"));
+      return unreserve(Status::NotFound("chunk " + std::to_string(i) + " " + record.chunks[i].hash.Hex() +
+                                        " is no longer stored"));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  records_[key] = std::move(*record);
+  records_[key] = std::move(record);
   return Status::OK();
 }
 

@@ -2,6 +2,7 @@
 // in include/trainsnap/store.h). Must not outlive its store.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   int64_t step() const override { return step_; }
   Status AddTensor(const TensorView& tensor) override;
   Status AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) override;
+  Status AddTensorRecord(const TensorRecord& record) override;
   void SetManifest(std::string bytes) override;
   Result<SnapshotInfo> Commit() override;
 
@@ -39,6 +41,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // delta against bases' chunk `index`.
   Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases, size_t index,
                   ChunkRef* ref, uint8_t* depth, bool* delta);
+  // Reserves (param_id, role), pins every chunk of `record` and checks it
+  // is stored, then adds the record; `fail` adds the caller's context.
+  Status AddRecord(TensorRecord record, const std::function<Status(Status)>& fail);
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 

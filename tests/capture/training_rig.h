@@ -273,10 +273,11 @@ class TempStore {
     store.reset();
     std::filesystem::remove_all(path_);
   }
-  void Open() {
+  void Open(RetentionPolicy retention = {}) {
     StoreOptions options;
     options.sync = false;
     options.threads = 2;
+    options.retention = retention;
     auto opened = Store::Open(path_.string(), options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store = std::move(opened).value();

@@ -477,5 +477,44 @@ TEST(SnapshotWriterUnchangedTest, MissingSourceIsNotFoundAndAbortsTheCommit) {
   EXPECT_EQ((*store)->Info(2).status().code(), StatusCode::kNotFound);
 }
 
+// AddTensorRecord reuses a record read earlier, even after the snapshot it
+// came from is deleted, as long as its chunks are stored; once they are
+// collected it is NotFound and the commit is refused.
+TEST(SnapshotWriterUnchangedTest, RecordOutlivesItsSnapshotButNotItsChunks) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok());
+  auto frozen = RandomFloats(5000, 13);
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &frozen}}).ok());
+  auto record = (*store)->Tensor(1, 1, "param");
+  ASSERT_TRUE(record.ok());
+  {
+    auto writer = (*store)->BeginSnapshot(2);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->AddTensorRecord(*record).ok());
+    ASSERT_TRUE((*store)->Delete(1).ok());
+    auto gc = (*store)->CollectGarbage();  // the writer's pins keep the chunks
+    ASSERT_TRUE(gc.ok());
+    EXPECT_EQ(gc->chunks_deleted, 0u);
+    auto info = (*writer)->Commit();
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->new_bytes, 0u);
+    EXPECT_EQ(info->logical_bytes, 5000u * 4);
+  }
+  EXPECT_EQ(ReadFloats(**store, 2, 1), frozen);
+
+  TensorRecord bad = *record;
+  bad.bytes += 4;
+  auto writer = (*store)->BeginSnapshot(3);
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ((*writer)->AddTensorRecord(bad).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*store)->Delete(2).ok());
+  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  Status gone = (*writer)->AddTensorRecord(*record);
+  EXPECT_EQ(gone.code(), StatusCode::kNotFound) << gone.ToString();
+  EXPECT_NE(gone.message().find("is no longer stored"), std::string::npos) << gone.message();
+  EXPECT_EQ((*writer)->Commit().status().code(), StatusCode::kAborted);
+}
+
 }  // namespace
 }  // namespace trainsnap
