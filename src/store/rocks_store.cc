@@ -668,6 +668,8 @@ Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded, c
     {
       std::shared_lock<std::shared_mutex> view_lock;
       TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+      // Another thread's recovery may have failed since PrepareWrite.
+      if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
       rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
       rocksdb::WriteBatch batch;
       if (base != nullptr) {
