@@ -362,9 +362,24 @@ Status RocksStore::Refresh() {
 
 Status RocksStore::AcquireView(std::shared_lock<std::shared_mutex>* lock) {
   *lock = std::shared_lock<std::shared_mutex>(db_mu_);
+  if (db_ != nullptr) return Status::OK();
+  // A failed recovery left no database (the fault was still there). Try
+  // again now: reads must work as soon as the fault clears, not only after
+  // the next write.
+  lock->unlock();
+  {
+    std::lock_guard<std::mutex> recovering(resume_mu_);
+    bool still_closed;
+    {
+      std::shared_lock<std::shared_mutex> check(db_mu_);
+      still_closed = db_ == nullptr;
+    }
+    if (still_closed) static_cast<void>(ReopenLocked());
+  }
+  *lock = std::shared_lock<std::shared_mutex>(db_mu_);
   if (db_ == nullptr) {
     return Status(recovery_error_.code(), "store " + path_ + " has no open database after a failed recovery (" +
-                                              recovery_error_.message() + "); the next write retries");
+                                              recovery_error_.message() + ")");
   }
   return Status::OK();
 }
@@ -380,25 +395,44 @@ void RocksStore::NoteBackgroundErrors() {
   if (count > seen) needs_resume_.store(true);
 }
 
+RocksStore::WriteMark RocksStore::MarkWrite() const {
+  return WriteMark{background_errors_seen_.load(), generation_.load()};
+}
+
+bool RocksStore::FailedInBackground(const WriteMark& mark) {
+  // A failed flush or compaction bumps RocksDB's count under the DB mutex
+  // right after it sets the background error, so a write refused because of
+  // that error finds the count already bumped.
+  NoteBackgroundErrors();
+  return generation_.load() != mark.generation || background_errors_seen_.load() > mark.background_errors;
+}
+
 Status RocksStore::PrepareWrite() {
   NoteBackgroundErrors();
   if (!needs_resume_.load()) return Status::OK();
   std::lock_guard<std::mutex> lock(resume_mu_);
   if (!needs_resume_.load()) return Status::OK();  // another thread recovered
-  if (txn_db_ != nullptr) {
-    // OptimisticTransactionDB is a StackableDB: resume the DB underneath.
-    if (db_->GetRootDB()->Resume().ok()) {
-      needs_resume_ = false;
-      return Status::OK();
-    }
-  }
-  // Some errors (e.g. failing to create a WAL file when the disk was full)
-  // are not resumable in RocksDB 7.8: reopen the database instead. What was
-  // written before the failure is recovered from the WAL.
+  return ReopenLocked().WithContext("reopen after a failed write");
+}
+
+Status RocksStore::ReopenLocked() {
+  // Not DB::Resume(). A manual Resume() marks recovery as in progress and
+  // then waits for the background jobs to finish (ResumeImpl ->
+  // WaitForBackgroundWork); while recovery is in progress RocksDB 7.8
+  // reschedules a failed flush or compaction (MaybeScheduleFlushOrCompaction
+  // only stops on a background error when no recovery runs), so under a
+  // persistent fault the job fails, sleeps 1 s and runs again for ever, and
+  // Resume() never returns. Close() instead marks the DB as shutting down:
+  // nothing is rescheduled, and it waits at most for the job in flight.
+  // Some errors (failing to create a WAL file on a full disk) are not
+  // resumable anyway. What was written before the failure is recovered from
+  // the WAL.
   std::unique_lock<std::shared_mutex> exclusive(db_mu_);
   DbHandles old{txn_db_, db_, handles_};
   CloseRocks(&old);
   Adopt(DbHandles());
+  generation_.fetch_add(1);
+  background_errors_seen_ = 0;  // a new instance counts from zero
   // Dedup answers must come from the reopened database.
   registry_.ForgetSizes();
   StoreOptions reopen = options_;
@@ -407,18 +441,18 @@ Status RocksStore::PrepareWrite() {
   Status s = OpenRocks(path_, reopen, /*read_only=*/false, env_, &fresh);
   if (s.ok()) {
     Adopt(fresh);
-    background_errors_seen_ = 0;  // a new instance counts from zero
     needs_resume_ = false;
     recovery_error_ = Status::OK();
     return Status::OK();
   }
   // Opening for writing needs space (a new WAL, the recovered memtable's
   // table file). Until the next write retries, serve reads from a read-only
-  // instance, which writes nothing.
+  // instance, which writes nothing; without one, the next read retries.
+  needs_resume_ = true;
   recovery_error_ = s;
   DbHandles reader;
   if (OpenRocks(path_, reopen, /*read_only=*/true, env_, &reader).ok()) Adopt(reader);
-  return s.WithContext("reopen after a failed write");
+  return s;
 }
 
 Status RocksStore::CheckWrite(const rocksdb::Status& s, std::string_view context) {
@@ -641,20 +675,32 @@ Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
 }
 
 Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded, const ChunkHash* base) {
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
-  if (base == nullptr) {
-    return CheckWrite(db_->Put(wo, chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk " + hash.Hex());
+  const std::string context = (base ? "write delta chunk " : "write chunk ") + hash.Hex();
+  // A chunk write is idempotent (content-addressed): when a background job
+  // failed under it, it is retried once after recovery.
+  for (int attempt = 0;; ++attempt) {
+    TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
+    const WriteMark mark = MarkWrite();
+    rocksdb::Status s;
+    {
+      std::shared_lock<std::shared_mutex> view_lock;
+      TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+      // Another thread's recovery may have failed since PrepareWrite.
+      if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
+      rocksdb::WriteOptions wo;  // WAL on, not synced: the commit's synced write covers it
+      rocksdb::WriteBatch batch;
+      if (base != nullptr) {
+        if (chunk_deps_cf_ == nullptr) return Status::Aborted(context + ": no chunk_deps CF");
+        // The dependency first in the same batch: GC never sees the delta without it.
+        TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunk_deps_cf_, EncodeChunkKey(hash), EncodeChunkKey(*base)),
+                                            "write chunk dependency"));
+      }
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk"));
+      s = db_->Write(wo, &batch);
+    }
+    Status result = CheckWrite(s, context);
+    if (result.ok() || attempt > 0 || !FailedInBackground(mark)) return result;
   }
-  if (chunk_deps_cf_ == nullptr) return Status::Aborted("write delta chunk " + hash.Hex() + ": no chunk_deps CF");
-  // The dependency first in the same batch: GC never sees the delta without it.
-  rocksdb::WriteBatch batch;
-  TRAINSNAP_RETURN_IF_ERROR(
-      FromRocks(batch.Put(chunk_deps_cf_, EncodeChunkKey(hash), EncodeChunkKey(*base)), "write chunk dependency"));
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk"));
-  return CheckWrite(db_->Write(wo, &batch), "write delta chunk " + hash.Hex());
 }
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
@@ -701,7 +747,19 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   TRAINSNAP_RETURN_IF_ERROR(
       FromRocks(batch.Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
-  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), "commit"));
+  const WriteMark mark = MarkWrite();
+  Status committed = CheckWrite(db_->Write(wo, &batch), "commit");
+  if (!committed.ok() && FailedInBackground(mark)) {
+    // A flush or compaction failed after PrepareWrite looked, and the
+    // database refused this batch for it: recover and write the same batch
+    // once more. Idempotent even if the first write reached the WAL after all.
+    view_lock.unlock();
+    TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("commit"));
+    TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+    if (txn_db_ == nullptr) return recovery_error_.WithContext("store reopened read-only after a failed write");
+    committed = CheckWrite(db_->Write(wo, &batch), "commit");
+  }
+  TRAINSNAP_RETURN_IF_ERROR(committed);
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   if (retention_.keep_last > 0) {

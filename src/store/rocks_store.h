@@ -96,12 +96,26 @@ class RocksStore final : public Store {
 
   RocksStore() = default;
   Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env);
-  // After a failed write RocksDB refuses further writes until Resume(); the
-  // next write calls it (and fails with its status while the disk is full).
-  // Called by every write operation before it takes db_mu_.
+  // After a failed write (or a failed background job) RocksDB refuses
+  // further writes; the next write reopens the database (and fails with the
+  // reopen's status while the fault lasts). Called by every write operation
+  // before it takes db_mu_.
   Status PrepareWrite();
-  // Holds db_mu_ shared; an error when a failed recovery left no database.
+  // Closes and reopens the database; falls back to a read-only instance, or
+  // none, when the writable open fails. Caller holds resume_mu_, not db_mu_.
+  Status ReopenLocked();
+  // Holds db_mu_ shared. When a failed recovery left no database it retries
+  // the reopen first; an error when that fails too.
   Status AcquireView(std::shared_lock<std::shared_mutex>* lock);
+  // What a write saw before it ran, to tell afterwards whether a background
+  // job failed (or a recovery ran) under it: then the write met a stale
+  // error, not a fault of its own, and is retried once.
+  struct WriteMark {
+    uint64_t background_errors = 0;
+    uint64_t generation = 0;
+  };
+  WriteMark MarkWrite() const;
+  bool FailedInBackground(const WriteMark& mark);
   Status CheckWrite(const rocksdb::Status& s, std::string_view context);
   Status LoadOrCreateMeta(const StoreOptions& options);
   Status WarmChunkSizes();
@@ -166,6 +180,8 @@ class RocksStore final : public Store {
   // RocksDB's count of background errors (failed flushes, compactions) seen
   // so far by this instance of the database; reset on reopen.
   std::atomic<uint64_t> background_errors_seen_{0};
+  // Bumped by every reopen.
+  std::atomic<uint64_t> generation_{0};
   Status recovery_error_;  // why db_ is null; guarded by db_mu_
   StoreOptions options_;   // as opened; for reopening after a failure
 };
