@@ -124,7 +124,7 @@ std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t seed) {
     for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 1);
   } else if (dtype == DType::kFloat32) {
     auto floats = RandomFloats(elements, seed);
-    std::memcpy(bytes.data(), floats.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(bytes.data(), floats.data(), bytes.size());  // data() may be null when empty
   } else if (dtype == DType::kFloat64) {
     std::uniform_real_distribution<double> dist(-1.0, 1.0);
     for (size_t i = 0; i < elements; ++i) {
