@@ -30,9 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint64_t kSeed = 20261129;
-constexpr int64_t kFlushedSteps = 6;  // steps 1..6 live in table and blob files
-constexpr int64_t kWalSteps = 2;      // steps 7..8 live only in the WAL
-constexpr int64_t kSteps = kFlushedSteps + kWalSteps;
 
 // Cases per (file kind, damage); TRAINSNAP_CORRUPTION_CASES overrides (soak).
 int CasesPerKind() {
@@ -55,17 +52,6 @@ struct Tally {
   }
 };
 
-std::vector<fs::path> FilesOfKind(const std::string& dir, const std::string& kind) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    const bool match = kind == "MANIFEST" ? name.rfind("MANIFEST-", 0) == 0 : e.path().extension() == kind;
-    if (match && fs::file_size(e.path()) > 0) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 void FlipBit(const fs::path& file, uint64_t offset, int bit) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(static_cast<std::streamoff>(offset));
@@ -84,7 +70,7 @@ Outcome ExamineStore(Store& store, std::string* detail) {
   if (!list.ok()) return Outcome::kDetected;
   std::vector<int64_t> present;
   for (const SnapshotInfo& info : *list) present.push_back(info.step);
-  for (int64_t step = 1; step <= kSteps; ++step) {
+  for (int64_t step = 1; step <= kDamageSteps; ++step) {
     if (std::find(present.begin(), present.end(), step) == present.end()) {
       missing = true;
       continue;
@@ -142,20 +128,7 @@ class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     base_ = dir_.Sub("base");
-    {
-      auto store = Store::Open(base_, TestStoreOptions());
-      ASSERT_TRUE(store.ok()) << store.status().ToString();
-      for (int64_t step = 1; step <= kFlushedSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
-    }
-    FlushStore(base_);
-    {
-      auto store = Store::Open(base_, TestStoreOptions());
-      ASSERT_TRUE(store.ok()) << store.status().ToString();
-      for (int64_t step = kFlushedSteps + 1; step <= kSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
-    }
-    for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
-      ASSERT_FALSE(FilesOfKind(base_, kind).empty()) << "the baseline store has no " << kind << " file";
-    }
+    ASSERT_NO_FATAL_FAILURE(BuildDamageBaseline(base_));
   }
 
   // Copies the baseline, damages it with `damage`, opens and examines it.

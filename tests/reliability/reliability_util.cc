@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -255,6 +256,35 @@ void CopyDir(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
   fs::remove_all(to);
   fs::copy(from, to, fs::copy_options::recursive);
+}
+
+void BuildDamageBaseline(const std::string& path) {
+  {
+    auto store = Store::Open(path, TestStoreOptions());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int64_t step = 1; step <= kFlushedSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
+  }
+  FlushStore(path);
+  {
+    auto store = Store::Open(path, TestStoreOptions());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int64_t step = kFlushedSteps + 1; step <= kDamageSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
+  }
+  for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
+    ASSERT_FALSE(FilesOfKind(path, kind).empty()) << "the baseline store has no " << kind << " file";
+  }
+}
+
+std::vector<std::filesystem::path> FilesOfKind(const std::string& dir, const std::string& kind) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool match = kind == "MANIFEST" ? name.rfind("MANIFEST-", 0) == 0 : e.path().extension() == kind;
+    if (match && fs::file_size(e.path()) > 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace trainsnap::testing

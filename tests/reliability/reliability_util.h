@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -69,5 +70,18 @@ std::string RunIsolated(const std::function<std::string()>& fn, unsigned timeout
 
 // Recursive copy of a directory (replacing `to`).
 void CopyDir(const std::string& from, const std::string& to);
+
+// --- damage baselines (corruption and verify-CLI tests) ----------------------
+inline constexpr int64_t kFlushedSteps = 6;  // steps 1..6 live in table and blob files
+inline constexpr int64_t kWalSteps = 2;      // steps 7..8 live only in the WAL
+inline constexpr int64_t kDamageSteps = kFlushedSteps + kWalSteps;
+
+// Writes steps 1..kFlushedSteps, flushes them to table and blob files, then
+// writes the rest into the WAL only; asserts that every file kind damaged by
+// the tests (.blob, .sst, .log, MANIFEST) exists. Use with ASSERT_NO_FATAL_FAILURE.
+void BuildDamageBaseline(const std::string& path);
+// Non-empty files of `dir` with extension `kind` (".blob", ".sst", ".log")
+// or, for kind "MANIFEST", named MANIFEST-*; sorted.
+std::vector<std::filesystem::path> FilesOfKind(const std::string& dir, const std::string& kind);
 
 }  // namespace trainsnap::testing

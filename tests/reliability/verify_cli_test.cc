@@ -26,8 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kFlushedSteps = 6;  // steps 1..6 live in table and blob files
-constexpr int64_t kSteps = 8;         // steps 7..8 live only in the WAL
 constexpr int kExitOk = 0;
 constexpr int kExitCorruption = 3;
 
@@ -75,17 +73,6 @@ CliRun RunCli(const std::vector<std::string>& args, const std::string& scratch) 
   return run;
 }
 
-std::vector<fs::path> FilesOfKind(const std::string& dir, const std::string& kind) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    const bool match = kind == "MANIFEST" ? name.rfind("MANIFEST-", 0) == 0 : e.path().extension() == kind;
-    if (match && fs::file_size(e.path()) > 0) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 void FlipByte(const fs::path& file, uint64_t offset) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(static_cast<std::streamoff>(offset));
@@ -102,20 +89,7 @@ class VerifyCliTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fs::exists(TRAINSNAP_CLI_PATH)) << TRAINSNAP_CLI_PATH;
     base_ = dir_.Sub("base");
-    {
-      auto store = Store::Open(base_, TestStoreOptions());
-      ASSERT_TRUE(store.ok()) << store.status().ToString();
-      for (int64_t step = 1; step <= kFlushedSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
-    }
-    FlushStore(base_);
-    {
-      auto store = Store::Open(base_, TestStoreOptions());
-      ASSERT_TRUE(store.ok()) << store.status().ToString();
-      for (int64_t step = kFlushedSteps + 1; step <= kSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
-    }
-    for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
-      ASSERT_FALSE(FilesOfKind(base_, kind).empty()) << "the baseline store has no " << kind << " file";
-    }
+    ASSERT_NO_FATAL_FAILURE(BuildDamageBaseline(base_));
   }
 
   // Copies the baseline, damages the copy, runs `trainsnap verify` on it.
