@@ -4,8 +4,13 @@
 //              memcpy of the same bytes into a warm buffer;
 //   persist -- logical and stored MB/s of back-to-back captures until Flush;
 //   restore -- Checkpointer::Restore against torch::load of the same state;
-//   loop    -- training-loop time with a snapshot per step against without.
-// Usage: pipeline_bench [width=1024] [layers=4] [steps=20] [runs=3] [dir=/tmp/pipeline_bench]
+//   loop    -- training-loop time with a snapshot per step against without,
+//              and how much of it is the final Flush (the last snapshots'
+//              encode, which a long run amortizes);
+//   cpu     -- process CPU time per snapshot while persisting (the encoder's
+//              cost: what a snapshot per step must find idle on the cores).
+// Usage: pipeline_bench [width=1024] [layers=4] [steps=20] [runs=3] [dir]
+//                       [--no-compress] [--worker-nice N] [--torch-threads N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
 #include "trainsnap/checkpointer.h"
@@ -29,6 +37,14 @@ using trainsnap::Store;
 using trainsnap::TrainingState;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// User + system CPU seconds of the whole process so far.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -82,19 +98,40 @@ double MemcpySeconds(size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t width = argc > 1 ? std::atoll(argv[1]) : 1024;
-  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
-  const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
-  const int runs = argc > 4 ? std::atoi(argv[4]) : 3;
-  const std::filesystem::path dir = argc > 5 ? argv[5] : "/tmp/pipeline_bench";
-  torch::set_num_threads(1);  // the training thread; the pipeline has its own
+  int64_t width = 1024;
+  int layers = 4;
+  int steps = 20;
+  int runs = 3;
+  std::string dir_arg = "/tmp/pipeline_bench";
+  bool no_compress = false;
+  int worker_nice = trainsnap::StoreOptions().worker_nice;
+  int torch_threads = 1;
+  CLI::App app{"pipeline_bench: the capture pipeline with a snapshot per optimizer step (see bench/README.md)"};
+  app.add_option("width", width, "Linear layer width")->check(CLI::PositiveNumber);
+  app.add_option("layers", layers, "Linear layers")->check(CLI::PositiveNumber);
+  app.add_option("steps", steps, "optimizer steps (= snapshots) per loop")->check(CLI::PositiveNumber);
+  app.add_option("runs", runs, "runs (medians are reported)")->check(CLI::PositiveNumber);
+  app.add_option("dir", dir_arg, "scratch directory (removed at the end)");
+  app.add_flag("--no-compress", no_compress, "StoreOptions::compress = false (raw chunks)");
+  app.add_option("--worker-nice", worker_nice, "StoreOptions::worker_nice")->check(CLI::Range(0, 19));
+  app.add_option("--torch-threads", torch_threads, "LibTorch intra-op threads of the training loop")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  const std::filesystem::path dir = dir_arg;
+  torch::set_num_threads(torch_threads);
+  std::printf("width %lld, %d layers, %d steps, %d runs, torch threads %d, compress %s, worker nice %d\n",
+              static_cast<long long>(width), layers, steps, runs, torch_threads, no_compress ? "off" : "on",
+              worker_nice);
 
-  std::vector<double> stall, memcpy_s, ratio, logical_mb_s, stored_mb_s, restore_s, load_s, overhead;
+  std::vector<double> stall, memcpy_s, ratio, logical_mb_s, stored_mb_s, restore_s, load_s, overhead, step_s,
+      flush_s, cpu_s;
   for (int run = 0; run < runs; ++run) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     trainsnap::StoreOptions options;
     options.sync = false;
+    options.compress = !no_compress;
+    options.worker_nice = worker_nice;
     auto opened = Store::Open((dir / "store").string(), options);
     Check(opened.status(), "open");
     std::unique_ptr<Store> store = std::move(opened).value();
@@ -105,6 +142,7 @@ int main(int argc, char** argv) {
     auto a = Clock::now();
     for (int i = 0; i < steps; ++i) setup.Step();
     const double without = Seconds(a, Clock::now());
+    step_s.push_back(without / steps);
 
     // Loop with a snapshot per step (the Flush at the end is part of the cost).
     std::vector<double> run_stall;
@@ -119,7 +157,9 @@ int main(int argc, char** argv) {
         run_stall.push_back(Seconds(s0, Clock::now()));
         Check(handle.status(), "capture");
       }
+      const auto flush_start = Clock::now();
       Check(checkpointer.Flush(), "flush");
+      flush_s.push_back(Seconds(flush_start, Clock::now()));
       const double with = Seconds(a, Clock::now());
       overhead.push_back(100.0 * (with - without) / without);
       auto info = store->Info(steps);
@@ -128,6 +168,7 @@ int main(int argc, char** argv) {
 
       // Persist throughput: back-to-back captures of changing state, no training.
       uint64_t logical = 0, stored = 0;
+      const double cpu_before = ProcessCpuSeconds();
       a = Clock::now();
       for (int i = 1; i <= 5; ++i) {
         {
@@ -138,6 +179,7 @@ int main(int argc, char** argv) {
       }
       Check(checkpointer.Flush(), "flush");
       const double persist = Seconds(a, Clock::now());
+      cpu_s.push_back((ProcessCpuSeconds() - cpu_before) / 5);
       for (int i = 1; i <= 5; ++i) {
         auto pi = store->Info(1000 + i);
         Check(pi.status(), "info");
@@ -175,15 +217,19 @@ int main(int argc, char** argv) {
     stall.push_back(Median(run_stall));
     memcpy_s.push_back(m);
     ratio.push_back(Median(run_stall) / m);
-    std::printf("run %d: %.1f MB/snapshot, stall %.2f ms, memcpy %.2f ms, persist %.0f MB/s logical %.0f stored, "
-                "restore %.1f ms, torch::load %.1f ms, loop overhead %.1f%%\n",
-                run + 1, bytes / 1e6, stall.back() * 1e3, m * 1e3, logical_mb_s.back(), stored_mb_s.back(),
-                restore_s.back() * 1e3, load_s.back() * 1e3, overhead.back());
+    std::printf("run %d: %.1f MB/snapshot, step %.1f ms, stall %.2f ms, memcpy %.2f ms, persist %.0f MB/s logical %.0f "
+                "stored, %.0f ms CPU/snapshot, restore %.1f ms, torch::load %.1f ms, loop overhead %.1f%% (final "
+                "Flush %.0f ms)\n",
+                run + 1, bytes / 1e6, step_s.back() * 1e3, stall.back() * 1e3, m * 1e3, logical_mb_s.back(),
+                stored_mb_s.back(), cpu_s.back() * 1e3, restore_s.back() * 1e3, load_s.back() * 1e3, overhead.back(),
+                flush_s.back() * 1e3);
   }
-  std::printf("median of %d runs: stall %.2f ms, memcpy %.2f ms (ratio %.2fx), persist %.0f MB/s logical, %.0f MB/s "
-              "stored, restore %.1f ms vs torch::load %.1f ms, loop overhead %.1f%%\n",
-              runs, Median(stall) * 1e3, Median(memcpy_s) * 1e3, Median(ratio), Median(logical_mb_s),
-              Median(stored_mb_s), Median(restore_s) * 1e3, Median(load_s) * 1e3, Median(overhead));
+  std::printf("median of %d runs: step %.1f ms, stall %.2f ms, memcpy %.2f ms (ratio %.2fx), persist %.0f MB/s "
+              "logical, %.0f MB/s stored, %.0f ms CPU/snapshot, restore %.1f ms vs torch::load %.1f ms (%.2fx), loop "
+              "overhead %.1f%% (final Flush %.0f ms)\n",
+              runs, Median(step_s) * 1e3, Median(stall) * 1e3, Median(memcpy_s) * 1e3, Median(ratio),
+              Median(logical_mb_s), Median(stored_mb_s), Median(cpu_s) * 1e3, Median(restore_s) * 1e3,
+              Median(load_s) * 1e3, Median(restore_s) / Median(load_s), Median(overhead), Median(flush_s) * 1e3);
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -55,6 +55,8 @@ struct BenchOptions {
   std::string delta_reference = "keyframe";
   int threads = 0;
   bool no_sync = false;
+  bool no_compress = false;
+  int worker_nice = StoreOptions().worker_nice;
   int reps = 3;             // repetitions of each restore / torch::load timing
   int full_peer_every = 10;  // LoRA: torch::save of the full model at every N-th snapshot
   std::string lora_model_state = "full";
@@ -194,6 +196,8 @@ Result<WorkloadResult> RunWorkload(const BenchOptions& opt, const WorkloadConfig
       opt.delta_reference == "parent" ? DeltaReference::kParent : DeltaReference::kKeyframe;
   store_options.threads = opt.threads;
   store_options.sync = !opt.no_sync;
+  store_options.compress = !opt.no_compress;
+  store_options.worker_nice = opt.worker_nice;
   const std::string store_path = (dir / "store").string();
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(store_path, store_options));
 
@@ -579,6 +583,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"keyframe", "parent"}));
   app.add_option("--threads", opt.threads, "store worker threads (0 = hardware threads)");
   app.add_flag("--no-sync", opt.no_sync, "do not fsync the store's WAL on commit");
+  app.add_flag("--no-compress", opt.no_compress, "store chunks raw (StoreOptions::compress = false)");
+  app.add_option("--worker-nice", opt.worker_nice, "StoreOptions::worker_nice (0 = normal priority)")
+      ->check(CLI::Range(0, 19));
   app.add_option("--reps", opt.reps, "repetitions of each restore / torch::load timing (median)")->check(CLI::PositiveNumber);
   app.add_option("--full-peer-every", opt.full_peer_every,
                  "LoRA: torch::save the full model at every N-th snapshot (and the first and last)");
@@ -658,6 +665,8 @@ int Main(int argc, char** argv) {
              {"delta_reference", opt.delta_reference},
              {"store_threads", opt.threads},
              {"sync", !opt.no_sync},
+             {"compress", !opt.no_compress},
+             {"worker_nice", opt.worker_nice},
              {"reps", opt.reps},
              {"full_peer_every", opt.full_peer_every},
              {"lora_model_state", opt.lora_model_state},

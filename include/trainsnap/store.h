@@ -41,6 +41,12 @@ struct StoreOptions {
   // compresses as well as 3 at twice the speed (bench/README.md, codec).
   // Not fixed: may change between opens.
   int zstd_level = 1;
+  // Compress new chunks with Zstd and write XOR deltas. false stores every
+  // new chunk raw: about half the encoder's CPU per byte and restores 2-3x
+  // faster, for more bytes (fp32 about 1.2x, bf16 about 1.4x, far more where
+  // deltas pay). Meant for a snapshot every step on few cores (bench/README.md).
+  // Not fixed: may change between opens; chunks written either way read back.
+  bool compress = true;
   // Chunk size in bytes, fixed when the store is created. 0 = use the stored
   // value (1 MiB for a new store). A non-zero value that differs from the
   // store's is an InvalidArgument error.
@@ -49,6 +55,13 @@ struct StoreOptions {
   bool sync = true;
   // Worker threads for encoding and decoding chunks. 0 = hardware threads.
   int threads = 0;
+  // Nice value (0..19) added to the snapshot work's threads: the store's
+  // workers, a Checkpointer's pipeline on this store and (process-wide, via
+  // RocksDB's default Env) RocksDB's flush and compaction threads, which go
+  // to nice 19. Training then keeps its cores; encoding takes the CPU the
+  // loop leaves idle (bench/README.md, "Worker priority"). 0 = leave the
+  // priorities alone. Writable stores only.
+  int worker_nice = 19;
   // Upper bound on host staging memory for snapshots in flight, in bytes,
   // used by Checkpointers on this store whose own max_staging_bytes is 0.
   // 0 = 1 GiB. Capture waits (back-pressure) rather than exceeding it.
@@ -105,6 +118,14 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t size_bytes = 0;  // must equal numel(shape) * DTypeSize(dtype)
+};
+
+// One destination of Store::ReadTensors.
+struct TensorRead {
+  const TensorRecord* record = nullptr;  // from this store's Tensors()/Tensor()
+  void* dst = nullptr;                   // record->bytes writable bytes
+  size_t dst_bytes = 0;                  // must equal record->bytes
+  std::string name;  // for error messages; empty = "param_id N role R"
 };
 
 struct SnapshotInfo {
@@ -235,6 +256,12 @@ class Store {
   // every chunk's hash. Corruption names the chunk (also for a referenced
   // chunk missing from the store). dst is unspecified on error.
   virtual Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) = 0;
+  // Reads many tensors at once (a restore): the chunks of all of them are
+  // fetched in batches with RocksDB MultiGet and decoded in parallel on the
+  // store's worker threads. Each read is checked like ReadTensor; the error
+  // returned is that of the first failing read in `reads` order.
+  // Destinations are unspecified on error.
+  virtual Status ReadTensors(const std::vector<TensorRead>& reads) = 0;
 
   // --- writing -----------------------------------------------------------
   virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(int64_t step,

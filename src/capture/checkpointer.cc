@@ -94,8 +94,7 @@ class Checkpointer::Impl {
     // The restored bytes must be captured again in full once: forget what
     // the tracker knew (restore copies in place, but be independent of how).
     tracker_.Reset();
-    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_,
-                                     &pipeline_->pool());
+    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_);
   }
 
   PipelineStats Stats() const {

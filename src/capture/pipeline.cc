@@ -11,6 +11,7 @@
 
 #include "capture/device_readback.h"
 #include "capture/encode.h"
+#include "store/thread_priority.h"
 
 namespace trainsnap::internal {
 
@@ -67,7 +68,12 @@ CapturePipeline::CapturePipeline(Store& store, int threads, size_t max_staging_b
       staging_pool_(StagingPool::Create(max_staging_bytes)),
       pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
       copy_pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
-      commit_strand_(boost::asio::make_strand(pool_->get_executor())) {}
+      commit_strand_(boost::asio::make_strand(pool_->get_executor())) {
+  // Best effort: the store's open already lowered its own workers the same
+  // way, so this cannot fail for want of permission.
+  Status lowered = LowerPoolPriority(*pool_, ThreadCount(threads), store.options().worker_nice);
+  (void)lowered;
+}
 
 CapturePipeline::~CapturePipeline() {
   Status ignored = Flush();  // errors were reported through the handles

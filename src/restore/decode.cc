@@ -1,13 +1,11 @@
 #include "restore/decode.h"
 
 #include "capture/contract.h"
-#include "store/parallel_for.h"
 #include "capture/torch_dtype.h"
 
 namespace trainsnap::internal {
 
-Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted,
-                                     boost::asio::thread_pool* pool) {
+Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
   std::map<TensorKey, const TensorRecord*> by_key;
   for (const TensorRecord& record : records) by_key.emplace(TensorKey(record.param_id, record.role), &record);
@@ -42,18 +40,14 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
     }
     reads.push_back({&record, std::move(host), what});
   }
-  std::vector<Status> results(reads.size());
-  auto read = [&](size_t i) {
-    Read& r = reads[i];
-    results[i] = store.ReadTensor(*r.record, r.host.data_ptr(), r.host.nbytes()).WithContext(r.what);
-    return Status::OK();
-  };
-  if (pool != nullptr) {
-    TRAINSNAP_RETURN_IF_ERROR(ParallelFor(*pool, reads.size(), read));
-  } else {
-    for (size_t i = 0; i < reads.size(); ++i) TRAINSNAP_RETURN_IF_ERROR(read(i));
+  std::vector<TensorRead> batch(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    batch[i].record = reads[i].record;
+    batch[i].dst = reads[i].host.data_ptr();
+    batch[i].dst_bytes = reads[i].host.nbytes();
+    batch[i].name = reads[i].what;
   }
-  for (const Status& status : results) TRAINSNAP_RETURN_IF_ERROR(status);
+  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(batch));
   DecodedTensors decoded;
   for (size_t i = 0; i < reads.size(); ++i) {
     decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(reads[i].host));

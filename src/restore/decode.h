@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio/thread_pool.hpp>
 #include <torch/torch.h>
 
 #include "trainsnap/status.h"
@@ -31,11 +30,9 @@ struct WantedTensor {
 
 // Reads every wanted tensor of snapshot `step`. Corruption when one is
 // missing, disagrees with its expected shape/dtype, or fails a chunk hash
-// (the message names the tensor and role). With a `pool`, different tensors
-// are read and decoded in parallel on it (each ReadTensor is itself parallel
-// over chunks on the Store's pool); the calling thread must not be one of
-// its threads. The error reported is the first in `wanted` order either way.
-Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted,
-                                     boost::asio::thread_pool* pool = nullptr);
+// (the message names the tensor and role). All chunks are read in one
+// Store::ReadTensors (batched MultiGets, decoded in parallel on the store's
+// workers); the error reported is the first in `wanted` order.
+Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted);
 
 }  // namespace trainsnap::internal

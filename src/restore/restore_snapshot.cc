@@ -46,8 +46,7 @@ Status CheckModels(const proto::TrainingManifest& manifest, const std::vector<Na
 }  // namespace
 
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base,
-                       boost::asio::thread_pool* pool) {
+                       const std::string& base_label, BaseIdentityBuilder& base) {
   // 1. Manifest and format version.
   TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, store.Manifest(step));
   TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ParseManifest(bytes));
@@ -81,7 +80,7 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
                                   .WithContext("optimizer `" + stored.name() + "`"));
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, wanted, pool));
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, wanted));
 
   // Prepare every write; still nothing live is touched.
   RestorePlan plan;

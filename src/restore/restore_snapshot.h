@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include <boost/asio/thread_pool.hpp>
 
 #include "capture/base_identity.h"
 #include "trainsnap/checkpointer.h"
@@ -15,10 +14,9 @@
 namespace trainsnap::internal {
 
 // On error before the copy, every live object is unchanged. May throw
-// c10::Error (the caller converts it). With a `pool`, tensors decode in
-// parallel on it (see DecodeTensors).
+// c10::Error (the caller converts it). Chunks decode in parallel on the
+// store's workers (see DecodeTensors).
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base,
-                       boost::asio::thread_pool* pool = nullptr);
+                       const std::string& base_label, BaseIdentityBuilder& base);
 
 }  // namespace trainsnap::internal

@@ -250,8 +250,8 @@ Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& optio
   ChunkHeader header;
   header.element_size = static_cast<uint8_t>(options.element_size);
   header.raw_bytes = size;
-  if (size == 0) {
-    AppendRaw(header, raw, 0, out);
+  if (size == 0 || !options.compress) {
+    AppendRaw(header, raw, size, out);
     return Status::OK();
   }
 

@@ -52,6 +52,7 @@ struct ChunkHeader {
 };
 
 struct ChunkEncodeOptions {
+  bool compress = true;     // false: always the raw encoding (header + bytes)
   int zstd_level = 3;       // passed to ZSTD_compress
   size_t element_size = 1;  // 1..kMaxElementSize; the shuffle's plane count
   bool shuffle = true;      // apply the byte-plane shuffle when element_size > 1

@@ -46,6 +46,7 @@ class RocksStore final : public Store {
   Result<std::vector<TensorRecord>> Tensors(int64_t step) override;
   Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) override;
   Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) override;
+  Status ReadTensors(const std::vector<TensorRead>& reads) override;
 
   Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(int64_t step, const SnapshotOptions& options) override;
   Status Delete(int64_t step) override;
@@ -58,6 +59,7 @@ class RocksStore final : public Store {
   // --- for SnapshotWriterImpl ---------------------------------------------
   ChunkRegistry& registry() { return registry_; }
   int zstd_level() const { return zstd_level_; }
+  bool compress() const { return compress_; }
   boost::asio::thread_pool& pool() { return *pool_; }
   int threads() const { return threads_; }
   // Whether the chunks CF holds `hash`; its stored size when it does.
@@ -138,9 +140,23 @@ class RocksStore final : public Store {
   // snapshots referenced (cheap enough to run after every commit).
   Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc);
   // Decodes the value of chunk `hash` (raw_bytes long) into dst and checks
-  // its hash; a delta chunk's base is read and decoded first (recursively),
-  // and must be one level shallower.
-  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst);
+  // its hash; a delta chunk's base is decoded first (recursively), and must
+  // be one level shallower. The base's value is `base_value` when given
+  // (prefetched by the caller), else read here.
+  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst,
+                       std::optional<std::string_view> base_value = std::nullopt);
+  // One chunk of a ReadTensors call.
+  struct ChunkRead {
+    const ChunkRef* ref;
+    uint8_t* dst;
+    size_t read;   // index into the reads
+    size_t index;  // chunk index within its tensor
+  };
+  // Reads and decodes chunks[begin, end) with two MultiGets (values, then
+  // the bases of the deltas among them); the first error per read goes to
+  // errors[read], guarded by errors_mu.
+  void ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
+                      const std::vector<std::string>& names, std::vector<Status>* errors, std::mutex* errors_mu);
   // Adds to `live` every chunk a delta chain of a live chunk needs.
   Status AddDeltaBases(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
   // hash -> base hash for every delta chunk (chunk_deps CF).
@@ -150,6 +166,7 @@ class RocksStore final : public Store {
   bool read_only_ = false;
   size_t chunk_bytes_ = 0;
   int zstd_level_ = 1;
+  bool compress_ = true;
   bool sync_ = true;
   int threads_ = 1;
   RetentionPolicy retention_;

@@ -104,6 +104,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   }
   if (!stored) {
     ChunkEncodeOptions encode;
+    encode.compress = store_->compress();
     encode.zstd_level = store_->zstd_level();
     encode.element_size = ShuffleWidth(dtype);
     encode.float16_split = UseFloat16Split(dtype);
@@ -115,7 +116,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     // decides alone: compressing the whole chunk both ways would double the
     // encoder's CPU for a few percent of bytes.
     const int interval = store_->keyframe_interval();
-    bool may_delta = has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
+    bool may_delta = encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
     if (may_delta && store_->delta_reference() == DeltaReference::kKeyframe) {
       may_delta = bases->depths[index] == 0 && static_cast<int>(bases->ages[index]) + 1 < interval;
     } else if (may_delta) {
@@ -253,7 +254,8 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   const auto* base = static_cast<const uint8_t*>(tensor.data);
   // The tensor's delta bases, when their layout matches.
   std::shared_ptr<const DeltaBase> bases;
-  const bool deltas = store_->keyframe_interval() > 1;
+  // Raw stores (StoreOptions::compress off) write no deltas: no bases to keep.
+  const bool deltas = store_->compress() && store_->keyframe_interval() > 1;
   if (deltas) {
     bases = store_->delta_bases().Find(key);
     if (bases && (bases->dtype != tensor.dtype || bases->bytes != tensor.size_bytes || bases->chunk != chunk)) {

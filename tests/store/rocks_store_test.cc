@@ -10,7 +10,9 @@
 
 #include <filesystem>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <random>
 #include <set>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "raw_db.h"
 #include "store.pb.h"
 #include "store/keys.h"
+#include "store/thread_priority.h"
 #include "store_test_util.h"
 #include "temp_dir.h"
 #include "testing/fault_injection_fs.h"
@@ -782,6 +785,14 @@ TEST(RocksStoreTest, RejectsBadOptions) {
   o.retention.keep_last = -2;
   o.chunk_bytes = 0;
   EXPECT_EQ(Store::Open(dir.Sub("s"), o).status().code(), StatusCode::kInvalidArgument);
+  for (int nice : {-1, 20}) {
+    o = StoreOptions();
+    o.worker_nice = nice;
+    Status s = Store::Open(dir.Sub("s"), o).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("worker_nice " + std::to_string(nice) + " is outside 0..19"), std::string::npos)
+        << s.message();
+  }
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));  // nothing was created
 }
 
@@ -827,6 +838,153 @@ TEST(RocksStoreTest, PreDeltaStoresStayReadableAndAreUpgraded) {
   proto::StoreMeta meta;
   ASSERT_TRUE(meta.ParseFromString(value));
   EXPECT_EQ(meta.format_version(), 2u);
+}
+
+}  // namespace
+}  // namespace trainsnap
+
+namespace trainsnap {
+namespace {
+
+using namespace trainsnap::testing;
+
+// The nice value of each of the store's worker threads.
+std::vector<int> WorkerNices(Store& store) {
+  auto& rocks = static_cast<internal::RocksStore&>(store);
+  std::mutex mu;
+  std::vector<int> nices;
+  Status s = internal::RunOnEachThread(rocks.pool(), static_cast<size_t>(rocks.threads()), [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    nices.push_back(internal::ThreadNice());
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return nices;
+}
+
+TEST(RocksStoreTest, WorkerThreadsRunAtTheConfiguredNice) {
+  TempDir dir;
+  const int base = internal::ThreadNice();
+  StoreOptions o = SmallChunks();  // 2 threads
+  o.worker_nice = 6;
+  {
+    auto store = Store::Open(dir.Sub("s"), o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(WorkerNices(**store), std::vector<int>(2, std::min(19, base + 6)));
+  }
+  o.worker_nice = 0;
+  auto store = Store::Open(dir.Sub("s"), o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(WorkerNices(**store), std::vector<int>(2, base));
+  EXPECT_EQ(internal::ThreadNice(), base);  // the opening thread keeps its priority
+  EXPECT_EQ(StoreOptions().worker_nice, 19);  // the documented default
+}
+
+// compress = false: every new chunk is its 16-byte header plus the raw bytes,
+// no deltas; chunks written either way read back after reopening either way.
+TEST(RocksStoreTest, UncompressedStoreWritesRawChunksAndReadsBothKinds) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  // Compressible: a ramp of small integers.
+  std::vector<float> ramp(3000);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 7);
+  std::vector<float> drift = ramp;
+  for (size_t i = 0; i < drift.size(); i += 97) drift[i] += 1.0f;  // a small change: a delta would pay
+  StoreOptions raw = SmallChunks();  // 4096-byte chunks: 3 chunks of 4096, 4096, 3808 bytes
+  raw.compress = false;
+  {
+    auto store = Store::Open(path, raw);
+    ASSERT_TRUE(store.ok());
+    auto first = WriteSnapshot(**store, 1, {{1, &ramp}});
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ(first->new_chunks, 3u);
+    EXPECT_EQ(first->new_bytes, ramp.size() * sizeof(float) + 3 * 16);
+    auto second = WriteSnapshot(**store, 2, {{1, &drift}});
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_EQ(second->new_chunks, 3u);
+    EXPECT_EQ(second->new_bytes, drift.size() * sizeof(float) + 3 * 16);  // raw, not a delta
+  }
+  StoreOptions compressed = SmallChunks();
+  auto store = Store::Open(path, compressed);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(ReadFloats(**store, 1, 1), ramp);
+  EXPECT_EQ(ReadFloats(**store, 2, 1), drift);
+  std::vector<float> next = ramp;
+  next[5] = 42.0f;
+  auto third = WriteSnapshot(**store, 3, {{1, &next}});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->new_chunks, 1u);  // two chunks dedup against snapshot 1
+  EXPECT_LT(third->new_bytes, 4096u / 4);  // compressed
+  EXPECT_EQ(ReadFloats(**store, 3, 1), next);
+}
+
+// ReadTensors reads many tensors (many MultiGet batches) bit-exact, and
+// reports the first failing read in argument order, by its name.
+TEST(RocksStoreTest, ReadTensorsReadsManyAndNamesTheFirstFailure) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> data;
+  for (uint32_t i = 0; i < 5; ++i) data.push_back(RandomFloats(10000 + 1000 * i, 300 + i));  // 10..14 chunks each
+  std::vector<TensorRecord> records;
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok());
+    std::vector<std::pair<uint64_t, const std::vector<float>*>> tensors;
+    for (size_t i = 0; i < data.size(); ++i) tensors.push_back({i + 1, &data[i]});
+    ASSERT_TRUE(WriteSnapshot(**store, 1, tensors).ok());
+    auto all = (*store)->Tensors(1);
+    ASSERT_TRUE(all.ok());
+    records = *all;
+    ASSERT_EQ(records.size(), data.size());
+
+    std::vector<std::vector<float>> out(data.size());
+    std::vector<TensorRead> reads(data.size());
+    for (size_t i = 0; i < data.size(); ++i) {
+      out[i].assign(data[i].size(), -1.0f);
+      reads[i] = {&records[i], out[i].data(), out[i].size() * sizeof(float), "tensor " + std::to_string(i)};
+    }
+    ASSERT_TRUE((*store)->ReadTensors(reads).ok());
+    EXPECT_EQ(out, data);
+
+    reads[2].dst_bytes -= 4;
+    Status bad = (*store)->ReadTensors(reads);
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find("tensor 2: destination has"), std::string::npos) << bad.message();
+    reads[2].dst_bytes += 4;
+    reads[3].record = nullptr;
+    EXPECT_EQ((*store)->ReadTensors(reads).code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE((*store)->ReadTensors({}).ok());
+  }
+  {
+    // Delete a late chunk of tensor 3 and an early one of tensor 4.
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok());
+    for (auto [t, c] : {std::pair<size_t, size_t>{3, 11}, {4, 0}}) {
+      ASSERT_TRUE(raw.db()
+                      ->Delete(rocksdb::WriteOptions(), raw.chunks(), internal::EncodeChunkKey(records[t].chunks[c].hash))
+                      .ok());
+    }
+  }
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok());
+  std::vector<std::vector<float>> out(data.size());
+  std::vector<TensorRead> reads;
+  for (size_t i = 0; i < data.size(); ++i) {
+    out[i].resize(data[i].size());
+    reads.push_back({&records[i], out[i].data(), out[i].size() * sizeof(float), "tensor " + std::to_string(i)});
+  }
+  Status s = (*store)->ReadTensors(reads);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("tensor 3: chunk 11"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("missing from the store"), std::string::npos) << s.message();
+  // The other tensors still read alone.
+  for (size_t i : {0, 1, 2}) {
+    ASSERT_TRUE((*store)->ReadTensors({reads[i]}).ok());
+    EXPECT_EQ(out[i], data[i]);
+  }
+  std::reverse(reads.begin(), reads.end());
+  s = (*store)->ReadTensors(reads);
+  EXPECT_NE(s.message().find("tensor 4: chunk 0"), std::string::npos) << s.message();
 }
 
 }  // namespace
