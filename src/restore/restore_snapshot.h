@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-
 #include "capture/base_identity.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"
