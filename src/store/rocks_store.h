@@ -94,7 +94,8 @@ class RocksStore final : public Store {
   // flush or compaction) since the last check: the database then refuses
   // writes although no call of this store failed.
   void NoteBackgroundErrors();
-  Result<std::vector<SnapshotInfo>> ListLocked();
+  // At RocksDB snapshot `at` (null = the latest state).
+  Result<std::vector<SnapshotInfo>> ListLocked(const rocksdb::Snapshot* at = nullptr);
 
   RocksStore() = default;
   Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env);
