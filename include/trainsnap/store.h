@@ -42,9 +42,10 @@ struct StoreOptions {
   // Not fixed: may change between opens.
   int zstd_level = 1;
   // Compress new chunks with Zstd and write XOR deltas. false stores every
-  // new chunk raw: about half the encoder's CPU per byte and restores 2-3x
-  // faster, for more bytes (fp32 about 1.2x, bf16 about 1.4x, far more where
-  // deltas pay). Meant for a snapshot every step on few cores (bench/README.md).
+  // new chunk raw: measured on fp32 training state, about a third less
+  // encoder CPU per snapshot and restores 1.3-3.5x faster, for more bytes
+  // (1.2-1.35x on fp32, 2.3x on bf16, where deltas pay most). Meant for a
+  // snapshot every step on few cores (bench/README.md, "Latest figures").
   // Not fixed: may change between opens; chunks written either way read back.
   bool compress = true;
   // Chunk size in bytes, fixed when the store is created. 0 = use the stored

@@ -116,7 +116,8 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     // decides alone: compressing the whole chunk both ways would double the
     // encoder's CPU for a few percent of bytes.
     const int interval = store_->keyframe_interval();
-    bool may_delta = encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
+    bool may_delta =
+        encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
     if (may_delta && store_->delta_reference() == DeltaReference::kKeyframe) {
       may_delta = bases->depths[index] == 0 && static_cast<int>(bases->ages[index]) + 1 < interval;
     } else if (may_delta) {
