@@ -11,13 +11,11 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   for (const TensorRecord& record : records) by_key.emplace(TensorKey(record.param_id, record.role), &record);
 
   // Check every record and allocate its host tensor first; then read.
-  struct Read {
-    const TensorRecord* record;
-    torch::Tensor host;
-    std::string what;
-  };
-  std::vector<Read> reads;
+  // One read per wanted tensor, into its fresh host tensor (hosts[i]).
+  std::vector<TensorRead> reads;
+  std::vector<torch::Tensor> hosts;
   reads.reserve(wanted.size());
+  hosts.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
     const std::string what = "tensor `" + want.name + "` role " + want.role;
     auto it = by_key.find(TensorKey(want.param_id, want.role));
@@ -38,19 +36,13 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
       return Status::Corruption(what + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
                                 std::to_string(host.nbytes()));
     }
-    reads.push_back({&record, std::move(host), what});
+    reads.push_back({&record, host.data_ptr(), host.nbytes(), what});
+    hosts.push_back(std::move(host));
   }
-  std::vector<TensorRead> batch(reads.size());
-  for (size_t i = 0; i < reads.size(); ++i) {
-    batch[i].record = reads[i].record;
-    batch[i].dst = reads[i].host.data_ptr();
-    batch[i].dst_bytes = reads[i].host.nbytes();
-    batch[i].name = reads[i].what;
-  }
-  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(batch));
+  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));
   DecodedTensors decoded;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(reads[i].host));
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
   }
   return decoded;
 }

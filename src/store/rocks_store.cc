@@ -12,6 +12,7 @@
 
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/snapshot.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -72,6 +73,12 @@ int64_t NowUnixMs() {
 }
 
 std::string StepName(int64_t step) { return "step " + std::to_string(step); }
+
+// How errors name a TensorRead (built only when one is reported).
+std::string ReadName(const TensorRead& read) {
+  if (!read.name.empty()) return read.name;
+  return "read tensor param_id " + std::to_string(read.record->param_id) + " role " + read.record->role;
+}
 
 // The smallest key greater than every key starting with `prefix`; empty if none.
 std::string PrefixUpperBound(std::string prefix) {
@@ -660,22 +667,19 @@ Status RocksStore::ReadTensor(const TensorRecord& record, void* dst, size_t dst_
 Status RocksStore::ReadTensors(const std::vector<TensorRead>& reads) {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  std::vector<std::string> names(reads.size());
   std::vector<ChunkRead> chunks;
   for (size_t i = 0; i < reads.size(); ++i) {
     const TensorRead& r = reads[i];
     if (r.record == nullptr) return Status::InvalidArgument("read tensor " + std::to_string(i) + ": null record");
     const TensorRecord& record = *r.record;
-    names[i] = r.name.empty() ? "read tensor param_id " + std::to_string(record.param_id) + " role " + record.role
-                              : r.name;
     if (r.dst_bytes != record.bytes) {
-      return Status::InvalidArgument(names[i] + ": destination has " + std::to_string(r.dst_bytes) +
+      return Status::InvalidArgument(ReadName(r) + ": destination has " + std::to_string(r.dst_bytes) +
                                      " bytes, tensor has " + std::to_string(record.bytes));
     }
     uint64_t total = 0;
     for (const ChunkRef& c : record.chunks) total += c.raw_bytes;
-    if (total != record.bytes) return Status::InvalidArgument(names[i] + ": chunk lengths do not add up to its bytes");
-    if (record.bytes > 0 && r.dst == nullptr) return Status::InvalidArgument(names[i] + ": null destination");
+    if (total != record.bytes) return Status::InvalidArgument(ReadName(r) + ": chunk lengths do not add up to its bytes");
+    if (record.bytes > 0 && r.dst == nullptr) return Status::InvalidArgument(ReadName(r) + ": null destination");
     auto* out = static_cast<uint8_t*>(r.dst);
     uint64_t offset = 0;
     for (size_t c = 0; c < record.chunks.size(); offset += record.chunks[c].raw_bytes, ++c) {
@@ -694,7 +698,7 @@ Status RocksStore::ReadTensors(const std::vector<TensorRead>& reads) {
   std::vector<Status> errors(reads.size());
   std::mutex errors_mu;
   TRAINSNAP_RETURN_IF_ERROR(ParallelFor(*pool_, batches, [&](size_t b) {
-    ReadChunkBatch(chunks, b * batch, std::min(chunks.size(), (b + 1) * batch), names, &errors, &errors_mu);
+    ReadChunkBatch(chunks, b * batch, std::min(chunks.size(), (b + 1) * batch), reads, &errors, &errors_mu);
     return Status::OK();
   }));
   for (const Status& error : errors) TRAINSNAP_RETURN_IF_ERROR(error);
@@ -702,12 +706,12 @@ Status RocksStore::ReadTensors(const std::vector<TensorRead>& reads) {
 }
 
 void RocksStore::ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
-                                const std::vector<std::string>& names, std::vector<Status>* errors,
+                                const std::vector<TensorRead>& reads, std::vector<Status>* errors,
                                 std::mutex* errors_mu) {
   auto fail = [&](const ChunkRead& c, Status status) {
     std::lock_guard<std::mutex> lock(*errors_mu);
     Status& slot = (*errors)[c.read];
-    if (slot.ok()) slot = status.WithContext(names[c.read] + ": chunk " + std::to_string(c.index));
+    if (slot.ok()) slot = status.WithContext(ReadName(reads[c.read]) + ": chunk " + std::to_string(c.index));
   };
   const size_t n = end - begin;
   std::vector<std::string> keys(n);
@@ -946,13 +950,9 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
   // (CorruptionTest.GcUnderReadFlipsNeverDeletesALiveChunk,
   // docs/reliability.md): every chunk of a skipped record would look like
   // garbage. A mismatch refuses the collection.
-  struct ReleaseSnapshot {
-    rocksdb::DB* db;
-    const rocksdb::Snapshot* snapshot;
-    ~ReleaseSnapshot() { db->ReleaseSnapshot(snapshot); }
-  } at{db_, db_->GetSnapshot()};
+  rocksdb::ManagedSnapshot at(db_);  // released at scope exit
   rocksdb::ReadOptions options;
-  options.snapshot = at.snapshot;
+  options.snapshot = at.snapshot();
   std::map<int64_t, uint64_t> records_per_step;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, tensors_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -969,7 +969,7 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
     for (const ChunkRef& c : record->chunks) live->emplace(c.hash, c.stored_bytes);
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListLocked(at.snapshot));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListLocked(at.snapshot()));
   const std::string refuse = "scan of live chunks: refusing to collect garbage (run `trainsnap verify`): ";
   for (const SnapshotInfo& info : snapshots) {
     auto found = records_per_step.find(info.step);

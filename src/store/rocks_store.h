@@ -157,7 +157,7 @@ class RocksStore final : public Store {
   // the bases of the deltas among them); the first error per read goes to
   // errors[read], guarded by errors_mu.
   void ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
-                      const std::vector<std::string>& names, std::vector<Status>* errors, std::mutex* errors_mu);
+                      const std::vector<TensorRead>& reads, std::vector<Status>* errors, std::mutex* errors_mu);
   // Adds to `live` every chunk a delta chain of a live chunk needs.
   Status AddDeltaBases(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
   // hash -> base hash for every delta chunk (chunk_deps CF).
