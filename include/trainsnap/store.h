@@ -160,6 +160,11 @@ struct VerifyProblem {
   int64_t chunk_index = -1; // -1 when the problem is not a single chunk
   ChunkHash hash;
   Status status;            // Corruption or NotFound, with details
+  // A problem of the whole store (a damaged table or blob file, a count that
+  // disagrees, lost commits, leftover records) names no snapshot: `store` is
+  // true and `step` is 0; `file` names the damaged file when there is one.
+  bool store = false;
+  std::string file;
 };
 
 struct VerifyReport {
@@ -169,6 +174,22 @@ struct VerifyReport {
   uint64_t bytes = 0;   // raw bytes re-hashed
   std::vector<VerifyProblem> problems;
   bool ok() const { return problems.empty(); }
+};
+
+// Committed snapshots the database no longer holds: its write-ahead log was
+// damaged, cut or deleted after they committed (docs/reliability.md, "Lost
+// commits"). Counts are of write transactions (commits and deletes).
+struct LostCommits {
+  uint64_t recorded = 0;                   // transactions the store's commit log recorded
+  uint64_t found = 0;                      // transactions the database holds
+  std::optional<int64_t> newest_recorded;  // newest step after the last recorded one; none if empty
+  std::optional<int64_t> newest_found;     // newest step the database holds; none if empty
+};
+
+// What Store::Repair removed.
+struct RepairReport {
+  std::vector<int64_t> steps;      // steps whose leftover tensor records were deleted, ascending
+  uint64_t tensor_records = 0;     // tensor records deleted
 };
 
 // Whole-store figures for `trainsnap stats`.
@@ -232,7 +253,13 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Opens (or creates) a store for writing. Busy if another process holds it.
+  // Opens (or creates) a store for writing. Creates one only where `path`
+  // does not exist or is an empty directory; anything else must be a
+  // trainsnap store of a known format version, or the open fails without
+  // changing a file: NotFound (not a store), Corruption (a damaged store,
+  // e.g. its CURRENT file missing), NotSupported (another RocksDB database,
+  // an unknown format version). Busy only if another process holds it;
+  // IOError naming the path when permission is denied.
   static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options = {});
   // Opens an existing store for reading, also while a writer holds it
   // (a RocksDB read-only instance; writes return NotSupported).
@@ -246,7 +273,21 @@ class Store {
   // Read-only stores: catch up with snapshots the writer committed since.
   virtual Status Refresh() = 0;
 
+  // Committed snapshots that were lost since the store's commit log recorded
+  // them (a damaged or deleted write-ahead log), found at open or by
+  // Verify; none when every recorded commit is in the database or the loss
+  // was acknowledged. Garbage collection (and Prune) refuse to run while a
+  // loss is unacknowledged.
+  virtual std::optional<LostCommits> lost_commits() = 0;
+  // Accepts the loss reported by lost_commits(): the commit log is reset to
+  // what the database holds, and garbage collection runs again. Writable
+  // stores only (NotSupported otherwise). OK when there is no loss.
+  virtual Status AcknowledgeLostCommits() = 0;
+
   // --- snapshots ---------------------------------------------------------
+  // Both check the snapshot count committed with every commit and delete,
+  // read at one RocksDB snapshot: a scan that finds another number of
+  // snapshots is Corruption, never a shorter list.
   virtual Result<std::vector<SnapshotInfo>> List() = 0;  // ascending step
   virtual Result<std::optional<int64_t>> Latest() = 0;
   virtual Result<SnapshotInfo> Info(int64_t step) = 0;
@@ -277,11 +318,22 @@ class Store {
   // Problems are reported in the VerifyReport; the Status is for failures to run.
   // A referenced chunk that is missing is a NotFound problem; a damaged one,
   // Corruption. NotFound status when `step` is given and not stored.
+  // Without `step` it also checks the whole store: the block checksums of
+  // every table file (one problem per damaged file), that every blob file is
+  // there at its size, every column family (meta, snapshots, tensors,
+  // chunk_deps) against the stored snapshot count, leftover tensor records of
+  // deleted steps, and lost commits.
   virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
                                       const ProgressFn& progress = {}) = 0;
   // Deletes the snapshots `policy` does not keep, then collects garbage.
   virtual Result<PruneReport> Prune(const RetentionPolicy& policy) = 0;
   virtual Result<StoreStats> Stats(const ProgressFn& progress = {}) = 0;
+  // Deletes leftover tensor records of steps that have no snapshot record
+  // (what Verify reports as leftovers; garbage collection refuses to run
+  // while there are any). Only when the snapshot records agree with the
+  // stored count: Corruption otherwise, and nothing is deleted. One atomic
+  // write; no committed snapshot loses anything.
+  virtual Result<RepairReport> Repair() = 0;
 };
 
 }  // namespace trainsnap

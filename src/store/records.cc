@@ -112,4 +112,24 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   return out;
 }
 
+std::string SerializeStoreCounts(const StoreCountsData& counts) {
+  proto::StoreCounts p;
+  p.set_snapshots(counts.snapshots);
+  p.set_transactions(counts.transactions);
+  p.set_newest_step(counts.newest_step.value_or(0));
+  return p.SerializeAsString();
+}
+
+Result<StoreCountsData> ParseStoreCounts(std::string_view value) {
+  proto::StoreCounts p;
+  if (!p.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+    return Status::Corruption("counts record does not parse");
+  }
+  StoreCountsData out;
+  out.snapshots = p.snapshots();
+  out.transactions = p.transactions();
+  if (out.snapshots > 0) out.newest_step = p.newest_step();
+  return out;
+}
+
 }  // namespace trainsnap::internal

@@ -2,6 +2,7 @@
 // (proto/store.proto), with the validation every read applies.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,5 +35,18 @@ std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view m
 // Corruption when it does not parse or its step differs from `step`;
 // NotSupported for an unknown format version.
 Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t step);
+
+// meta/"counts" (format version 3): written in every commit, delete and
+// repair batch; List(), Latest() and the scans of garbage collection and
+// verify are checked against it.
+inline constexpr char kCountsKey[] = "counts";
+struct StoreCountsData {
+  uint64_t snapshots = 0;
+  uint64_t transactions = 0;
+  std::optional<int64_t> newest_step;  // none iff snapshots == 0
+};
+std::string SerializeStoreCounts(const StoreCountsData& counts);
+// Corruption when it does not parse, or a non-empty store has no newest step.
+Result<StoreCountsData> ParseStoreCounts(std::string_view value);
 
 }  // namespace trainsnap::internal

@@ -10,9 +10,15 @@
 #include <shared_mutex>
 #include <thread>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 #include <rocksdb/snapshot.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -39,8 +45,10 @@ constexpr char kChunkDepsCf[] = "chunk_deps";
 // Meta format versions this build reads; it writes the newest, and a
 // writable open upgrades an older store's meta (version 2 only adds delta
 // chunks and the chunk_deps CF, which builds that read only version 1
-// would misread).
-constexpr uint32_t kMetaFormatVersion = 2;
+// would misread; version 3 adds the counts record, which older builds would
+// leave stale).
+constexpr uint32_t kMetaFormatVersion = 3;
+constexpr uint32_t kCountsFormatVersion = 3;
 constexpr uint32_t kOldestMetaFormatVersion = 1;
 constexpr size_t kDefaultDeltaBaseCacheBytes = size_t{1} << 30;
 constexpr char kMetaStoreKey[] = "store";
@@ -139,9 +147,108 @@ rocksdb::DBOptions BaseDbOptions() {
   return o;
 }
 
-bool StoreExists(const std::string& path) {
+// What an open found at a store's path.
+enum class PathKind {
+  kAbsent,    // nothing: a writable open may create a store
+  kEmptyDir,  // an empty directory: likewise
+  kDatabase,  // a directory with a CURRENT file: a RocksDB database
+};
+
+// The entries of a directory that is neither empty nor a database, named for
+// an error message: a trainsnap store whose CURRENT file is missing (its
+// OPTIONS file names trainsnap's column families), another RocksDB database
+// without CURRENT, or unrelated files.
+Status DescribeNotADatabase(const std::string& path, const std::vector<std::string>& names,
+                            const std::string& context) {
+  std::string newest_options;
+  bool rocksdb_files = false;
+  for (const std::string& n : names) {
+    if (n.rfind("OPTIONS-", 0) == 0 && n > newest_options) newest_options = n;
+    const std::string ext = fs::path(n).extension().string();
+    if (n.rfind("MANIFEST-", 0) == 0 || n == "IDENTITY" || ext == ".sst" || ext == ".blob" || ext == ".log") {
+      rocksdb_files = true;
+    }
+  }
+  const std::string unchanged = "; nothing in it was changed";
+  if (!newest_options.empty()) {
+    std::ifstream in(fs::path(path) / newest_options);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string options = text.str();
+    bool ours = true;
+    for (const char* cf : {kMetaCf, kSnapshotsCf, kTensorsCf, kChunksCf}) {
+      ours = ours && options.find(std::string("[CFOptions \"") + cf + "\"]") != std::string::npos;
+    }
+    if (ours) {
+      return Status::Corruption(context + ": a trainsnap store whose CURRENT file is missing (" + newest_options +
+                                " names the store's column families); restore CURRENT, or the store from a copy" +
+                                unchanged);
+    }
+    rocksdb_files = true;
+  }
+  if (rocksdb_files) {
+    return Status::Corruption(context + ": a RocksDB database whose CURRENT file is missing, not recognizable as "
+                              "a trainsnap store" + unchanged);
+  }
+  std::string listed;
+  const size_t shown = std::min<size_t>(names.size(), 3);
+  for (size_t i = 0; i < shown; ++i) listed += (i ? ", `" : "`") + names[i] + "`";
+  if (names.size() > shown) listed += ", ... (" + std::to_string(names.size()) + " entries)";
+  return Status::NotFound(context + ": no trainsnap store at this path: the directory is not empty and holds no "
+                          "database (" + listed + ")" + unchanged);
+}
+
+// What is at `path`. Errors name what was found: IOError when it cannot be
+// looked at (permission denied), NotFound for a file or a directory of other
+// files, Corruption for a database without its CURRENT file.
+Result<PathKind> InspectPath(const std::string& path, const std::string& context) {
   std::error_code ec;
-  return fs::exists(fs::path(path) / "CURRENT", ec);
+  const fs::file_status status = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return Status::IOError(context + ": " + ec.message() + " (" + path + ")");
+  }
+  if (!fs::exists(status)) return PathKind::kAbsent;
+  if (!fs::is_directory(status)) return Status::NotFound(context + ": not a trainsnap store (not a directory)");
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return Status::IOError(context + ": list the directory: " + ec.message() + " (" + path + ")");
+  if (names.empty()) return PathKind::kEmptyDir;
+  std::sort(names.begin(), names.end());
+  if (std::binary_search(names.begin(), names.end(), std::string("CURRENT"))) return PathKind::kDatabase;
+  return DescribeNotADatabase(path, names, context);
+}
+
+// The checks of a meta record against this build and the opener's options.
+Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
+  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kMetaFormatVersion) {
+    return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
+                                " is not supported (this build reads versions " +
+                                std::to_string(kOldestMetaFormatVersion) + ".." +
+                                std::to_string(kMetaFormatVersion) + ")");
+  }
+  if (meta.hash() != kHashName) {
+    return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
+  }
+  if (meta.chunk_bytes() == 0) return Status::Corruption("meta record: chunk_bytes is 0");
+  if (options.chunk_bytes != 0 && options.chunk_bytes != meta.chunk_bytes()) {
+    return Status::InvalidArgument("chunk_bytes " + std::to_string(options.chunk_bytes) +
+                                   " differs from the store's fixed chunk_bytes " +
+                                   std::to_string(meta.chunk_bytes()));
+  }
+  return Status::OK();
+}
+
+std::string OptionalStep(const std::optional<int64_t>& step) {
+  return step ? "step " + std::to_string(*step) : "no snapshot";
+}
+
+std::string DescribeLoss(const LostCommits& loss) {
+  return "committed snapshots were lost: the commit log records " + std::to_string(loss.recorded) +
+         " write transactions (newest " + OptionalStep(loss.newest_recorded) + "), the database holds " +
+         std::to_string(loss.found) + " (newest " + OptionalStep(loss.newest_found) +
+         "); its write-ahead log was damaged, cut or deleted";
 }
 
 }  // namespace
@@ -177,19 +284,32 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     return Status::InvalidArgument(context + ": unknown delta_reference " +
                                    std::to_string(static_cast<int>(options.delta_reference)));
   }
-  if (!StoreExists(path)) {
+  // A store is created only where nothing is, or in an empty directory;
+  // anything else must prove to be a trainsnap store of a known version
+  // before RocksDB opens it for writing (which writes a new MANIFEST, a WAL,
+  // flushes and deletes files it does not list).
+  TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
+  const bool create = kind != PathKind::kDatabase;
+  if (create) {
     if (!options.create_if_missing) {
-      return Status::NotFound(context + ": no store at this path (create_if_missing is false)");
+      return Status::NotFound(context + ": no store at this path (" +
+                              (kind == PathKind::kAbsent ? "it does not exist" : "an empty directory") +
+                              "; create_if_missing is false)");
     }
     // RocksDB creates only the last path component.
     std::error_code ec;
     fs::create_directories(path, ec);
-    if (ec) return Status::IOError(context + ": create directory: " + ec.message());
+    if (ec) return Status::IOError(context + ": create directory: " + ec.message() + " (" + path + ")");
+  } else {
+    TRAINSNAP_RETURN_IF_ERROR(CheckExistingStore(path, options, env).WithContext(context));
   }
   store->zstd_level_ = options.zstd_level == 0 ? 1 : options.zstd_level;
   store->compress_ = options.compress;
   store->sync_ = options.sync;
   store->options_ = options;
+  // Only a new store may be created by RocksDB: an existing one whose
+  // CURRENT file vanished since the check must not be replaced.
+  store->options_.create_if_missing = create;
   store->env_ = env;
   store->retention_ = options.retention;
   store->keyframe_interval_ = options.keyframe_interval;
@@ -197,7 +317,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   store->delta_bases_.SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
                                                                : kDefaultDeltaBaseCacheBytes);
   store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, options, /*read_only=*/false, env));
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, store->options_, /*read_only=*/false, env));
   if (options.worker_nice > 0) {
     Status s = LowerPoolPriority(*store->pool_, static_cast<size_t>(store->threads_), options.worker_nice);
     if (!s.ok()) return s.WithContext(context + ": lower the worker threads' priority");
@@ -211,9 +331,55 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   }
   Status s = store->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
+  // A damaged commit log (both slots torn) is rewritten from the database:
+  // it can then no longer tell what was lost before (docs/reliability.md).
+  auto log = CommitLog::Read(path);
+  if (!log.ok() && log.status().code() != StatusCode::kCorruption) return log.status().WithContext(context);
+  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
+  if (!s.ok()) return s.WithContext(context);
   s = store->WarmChunkSizes();
   if (!s.ok()) return s.WithContext(context);
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Status RocksStore::CheckExistingStore(const std::string& path, const StoreOptions& options, rocksdb::Env* env) {
+  rocksdb::DBOptions db_options = BaseDbOptions();
+  if (env) db_options.env = env;
+  std::vector<std::string> names;
+  TRAINSNAP_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path, &names), "list column families", path));
+  for (const char* cf : {kMetaCf, kSnapshotsCf, kTensorsCf, kChunksCf}) {
+    if (std::find(names.begin(), names.end(), cf) != names.end()) continue;
+    std::string found;
+    for (const std::string& n : names) found += (found.empty() ? "" : ", ") + n;
+    return Status::NotSupported("a RocksDB database that is not a trainsnap store (column families: " + found +
+                                "); nothing in it was changed");
+  }
+  RocksStore probe;
+  probe.read_only_ = true;
+  probe.env_ = env;
+  probe.threads_ = 1;
+  TRAINSNAP_RETURN_IF_ERROR(probe.OpenDb(path, StoreOptions(), /*read_only=*/true, env));
+  std::string value;
+  rocksdb::Status s = probe.db_->Get(rocksdb::ReadOptions(), probe.meta_cf_, kMetaStoreKey, &value);
+  if (s.IsNotFound()) {
+    // A creation that stopped after RocksDB made the column families and
+    // before the meta record: the writable open finishes it. With data in
+    // them it is no store this build wrote.
+    for (rocksdb::ColumnFamilyHandle* cf : {probe.snapshots_cf_, probe.tensors_cf_, probe.chunks_cf_}) {
+      std::unique_ptr<rocksdb::Iterator> it(probe.db_->NewIterator(rocksdb::ReadOptions(), cf));
+      it->SeekToFirst();
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan " + cf->GetName()));
+      if (it->Valid()) {
+        return Status::Corruption("the store holds " + cf->GetName() + " records but no meta record");
+      }
+    }
+    return Status::OK();
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read meta record"));
+  proto::StoreMeta meta;
+  if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
+  return CheckMeta(meta, options);
 }
 
 Status RocksStore::WarmChunkSizes() {
@@ -234,13 +400,25 @@ Status RocksStore::WarmChunkSizes() {
 
 Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env) {
   const std::string context = "open store " + path + " read-only";
-  if (!StoreExists(path)) return Status::NotFound(context + ": no store at this path");
+  TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
+  if (kind != PathKind::kDatabase) {
+    return Status::NotFound(context + ": no store at this path" +
+                            (kind == PathKind::kEmptyDir ? " (an empty directory)" : ""));
+  }
   std::unique_ptr<RocksStore> store(new RocksStore());
   store->read_only_ = true;
   store->env_ = env;
   store->threads_ = std::max(1u, std::thread::hardware_concurrency());
+  // The commit log first: the writer appends to it after each commit, so a
+  // log read before the database was opened never records more than the
+  // database then holds, unless commits were really lost.
+  auto log = CommitLog::Read(path);
   TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true, env));
   Status s = store->LoadOrCreateMeta(StoreOptions());
+  if (!s.ok()) return s.WithContext(context);
+  // A log that cannot be read (damaged) only disables the check here;
+  // Verify reports it.
+  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
   if (!s.ok()) return s.WithContext(context);
   return std::unique_ptr<Store>(std::move(store));
 }
@@ -319,51 +497,142 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaStoreKey, &value);
   if (s.IsNotFound()) {
-    if (read_only_) return Status::InvalidArgument("not a trainsnap store (no meta record)");
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
     it->SeekToFirst();
     if (it->Valid()) return Status::Corruption("the store holds snapshots but no meta record");
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan snapshot records"));
+    if (read_only_) return Status::NotFound("not a trainsnap store (no meta record)");
     proto::StoreMeta meta;
     meta.set_format_version(kMetaFormatVersion);
     meta.set_chunk_bytes(options.chunk_bytes ? options.chunk_bytes : kDefaultChunkBytes);
     meta.set_hash(kHashName);
     meta.set_created_unix_ms(NowUnixMs());
+    rocksdb::WriteBatch batch;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kMetaStoreKey, meta.SerializeAsString()), "meta"));
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kCountsKey, SerializeStoreCounts({})), "counts"));
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_cf_, kMetaStoreKey, meta.SerializeAsString()),
-                                        "write meta record"));
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "write meta record"));
     chunk_bytes_ = meta.chunk_bytes();
+    format_version_ = meta.format_version();
     return Status::OK();
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read meta record"));
   proto::StoreMeta meta;
   if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
-  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kMetaFormatVersion) {
-    return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
-                                " is not supported (this build reads versions " +
-                                std::to_string(kOldestMetaFormatVersion) + ".." +
-                                std::to_string(kMetaFormatVersion) + ")");
-  }
-  if (meta.hash() != kHashName) {
-    return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
-  }
-  if (meta.chunk_bytes() == 0) return Status::Corruption("meta record: chunk_bytes is 0");
-  if (options.chunk_bytes != 0 && options.chunk_bytes != meta.chunk_bytes()) {
-    return Status::InvalidArgument("chunk_bytes " + std::to_string(options.chunk_bytes) +
-                                   " differs from the store's fixed chunk_bytes " +
-                                   std::to_string(meta.chunk_bytes()));
-  }
+  TRAINSNAP_RETURN_IF_ERROR(CheckMeta(meta, options));
   chunk_bytes_ = meta.chunk_bytes();
+  format_version_ = meta.format_version();
   if (!read_only_ && meta.format_version() < kMetaFormatVersion) {
-    // This writer may add delta chunks: builds that know only version 1 must
-    // refuse the store rather than misread it.
+    // This writer may add delta chunks and keeps the counts record: builds
+    // that know only older versions must refuse the store rather than
+    // misread it or leave the counts stale. The counts of an older store
+    // come from one scan (its records carry no count to check it against).
+    TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(nullptr, /*check_counts=*/false));
+    StoreCountsData counts;
+    counts.snapshots = steps.size();
+    if (!steps.empty()) counts.newest_step = steps.back();
     meta.set_format_version(kMetaFormatVersion);
+    rocksdb::WriteBatch batch;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kMetaStoreKey, meta.SerializeAsString()), "meta"));
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kCountsKey, SerializeStoreCounts(counts)), "counts"));
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Put(wo, meta_cf_, kMetaStoreKey, meta.SerializeAsString()),
-                                        "upgrade meta record to format version " +
-                                            std::to_string(kMetaFormatVersion)));
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "upgrade meta record to format version " +
+                                                                     std::to_string(kMetaFormatVersion)));
+    format_version_ = kMetaFormatVersion;
   }
+  return Status::OK();
+}
+
+Result<std::optional<StoreCountsData>> RocksStore::ReadCounts(const rocksdb::Snapshot* at) {
+  if (format_version_ < kCountsFormatVersion) return std::optional<StoreCountsData>();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at;
+  std::string value;
+  rocksdb::Status s = db_->Get(ro, meta_cf_, kCountsKey, &value);
+  if (s.IsNotFound()) return Status::Corruption("the counts record is missing");
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read the counts record"));
+  TRAINSNAP_ASSIGN_OR_RETURN(StoreCountsData counts, ParseStoreCounts(value));
+  return std::optional<StoreCountsData>(counts);
+}
+
+Status RocksStore::CheckListed(const rocksdb::Snapshot* at, std::optional<uint64_t> found,
+                               std::optional<int64_t> newest) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> counts, ReadCounts(at));
+  if (!counts) return Status::OK();
+  if ((found && *found != counts->snapshots) || newest != counts->newest_step) {
+    return Status::Corruption(
+        "the store records " + std::to_string(counts->snapshots) + " snapshots (newest " +
+        OptionalStep(counts->newest_step) + "), but a scan of the snapshot records found " +
+        (found ? std::to_string(*found) + " (newest " + OptionalStep(newest) + ")" : "newest " + OptionalStep(newest)) +
+        ": a read of the store's files failed or the store is damaged (run `trainsnap verify`)");
+  }
+  return Status::OK();
+}
+
+Status RocksStore::PutCounts(rocksdb::WriteBatch* batch, const StoreCountsData& counts) {
+  return FromRocks(batch->Put(meta_cf_, kCountsKey, SerializeStoreCounts(counts)), "write the counts record");
+}
+
+Status RocksStore::CheckCommitLog(const std::optional<CommitLogState>& log) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> counts, ReadCounts(nullptr));
+  if (!counts) return Status::OK();  // a read-only open of a store older than the counts
+  std::optional<LostCommits> loss;
+  if (log && log->loss) {
+    loss = log->loss;  // found before, not yet acknowledged
+  } else if (log && log->transactions > counts->transactions) {
+    LostCommits l;
+    l.recorded = log->transactions;
+    l.found = counts->transactions;
+    l.newest_recorded = log->newest_step;
+    l.newest_found = counts->newest_step;
+    loss = l;
+  }
+  {
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    lost_ = loss;
+  }
+  if (read_only_) return Status::OK();
+  // The log restarts from what the database holds, the loss kept in it.
+  CommitLogState state{counts->transactions, counts->newest_step, loss};
+  auto opened = CommitLog::Open(path_, sync_, state);
+  if (!opened.ok()) return opened.status();
+  commit_log_ = std::move(*opened);
+  return Status::OK();
+}
+
+Status RocksStore::NoteTransaction(const StoreCountsData& counts) {
+  if (!commit_log_) return Status::OK();
+  CommitLogState state{counts.transactions, counts.newest_step, lost_commits()};
+  return commit_log_->Write(state).WithContext("record the transaction in the commit log");
+}
+
+std::optional<LostCommits> RocksStore::lost_commits() {
+  std::lock_guard<std::mutex> lock(lost_mu_);
+  return lost_;
+}
+
+Status RocksStore::CheckNoLostCommits(std::string_view what) {
+  std::optional<LostCommits> loss = lost_commits();
+  if (!loss) return Status::OK();
+  return Status::Corruption(std::string(what) + ": " + DescribeLoss(*loss) +
+                            "; garbage collection would make the loss permanent: acknowledge it first "
+                            "(Store::AcknowledgeLostCommits, `trainsnap verify --acknowledge-loss`)");
+}
+
+Status RocksStore::AcknowledgeLostCommits() {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("acknowledge lost commits"));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  if (!lost_commits()) return Status::OK();
+  auto counts = ReadCounts(nullptr);
+  if (!counts.ok()) return counts.status().WithContext("acknowledge lost commits");
+  CommitLogState state{(*counts)->transactions, (*counts)->newest_step, std::nullopt};
+  TRAINSNAP_RETURN_IF_ERROR(commit_log_->Write(state).WithContext("acknowledge lost commits"));
+  std::lock_guard<std::mutex> lost_lock(lost_mu_);
+  lost_.reset();
   return Status::OK();
 }
 
@@ -375,7 +644,9 @@ RocksStore::~RocksStore() {
 
 Status RocksStore::Refresh() {
   if (!read_only_) return Status::OK();
-  // Open the new view first: on failure the old one stays usable.
+  // Open the new view first: on failure the old one stays usable. The
+  // commit log is read before it (see OpenReadOnlyInstance).
+  auto log = CommitLog::Read(path_);
   DbHandles fresh;
   TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path_, StoreOptions(), /*read_only=*/true, env_, &fresh));
   std::unique_lock<std::shared_mutex> lock(db_mu_);
@@ -383,7 +654,8 @@ Status RocksStore::Refresh() {
   Adopt(fresh);
   lock.unlock();
   CloseRocks(&old);
-  return Status::OK();
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  return CheckCommitLog(log.ok() ? *log : std::nullopt).WithContext("refresh " + path_);
 }
 
 Status RocksStore::AcquireView(std::shared_lock<std::shared_mutex>* lock) {
@@ -504,14 +776,23 @@ Result<std::optional<SnapshotRecordData>> RocksStore::ReadSnapshotRecord(int64_t
   return std::optional<SnapshotRecordData>(std::move(data));
 }
 
-Result<std::vector<int64_t>> RocksStore::ListSteps() {
+Result<std::vector<int64_t>> RocksStore::ListSteps(const rocksdb::Snapshot* at, bool check_counts) {
+  std::optional<rocksdb::ManagedSnapshot> own;
+  if (at == nullptr) at = own.emplace(db_).snapshot();
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at;
   std::vector<int64_t> steps;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, snapshots_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     TRAINSNAP_ASSIGN_OR_RETURN(int64_t step, DecodeStepKey(std::string_view(it->key().data(), it->key().size())));
     steps.push_back(step);
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "list snapshots"));
+  if (check_counts) {
+    std::optional<int64_t> newest;
+    if (!steps.empty()) newest = steps.back();
+    TRAINSNAP_RETURN_IF_ERROR(CheckListed(at, steps.size(), newest).WithContext("list snapshots"));
+  }
   return steps;
 }
 
@@ -522,6 +803,11 @@ Result<std::vector<SnapshotInfo>> RocksStore::List() {
 }
 
 Result<std::vector<SnapshotInfo>> RocksStore::ListLocked(const rocksdb::Snapshot* at) {
+  // The count is read at the same RocksDB snapshot as the records: a
+  // table-file read that made the scan skip records without an error
+  // (docs/reliability.md) is Corruption, not a shorter list.
+  std::optional<rocksdb::ManagedSnapshot> own;
+  if (at == nullptr) at = own.emplace(db_).snapshot();
   std::vector<SnapshotInfo> out;
   rocksdb::ReadOptions options;
   options.snapshot = at;
@@ -534,21 +820,30 @@ Result<std::vector<SnapshotInfo>> RocksStore::ListLocked(const rocksdb::Snapshot
     out.push_back(data->info);
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "list snapshots"));
+  std::optional<int64_t> newest;
+  if (!out.empty()) newest = out.back().step;
+  TRAINSNAP_RETURN_IF_ERROR(CheckListed(at, out.size(), newest).WithContext("list snapshots"));
   return out;
 }
 
 Result<std::optional<int64_t>> RocksStore::Latest() {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, snapshots_cf_));
   it->SeekToLast();
-  if (!it->Valid()) {
+  std::optional<int64_t> latest;
+  if (it->Valid()) {
+    auto step = DecodeStepKey(std::string_view(it->key().data(), it->key().size()));
+    if (!step.ok()) return step.status().WithContext("latest snapshot");
+    latest = *step;
+  } else {
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "latest snapshot"));
-    return std::optional<int64_t>();
   }
-  auto step = DecodeStepKey(std::string_view(it->key().data(), it->key().size()));
-  if (!step.ok()) return step.status().WithContext("latest snapshot");
-  return std::optional<int64_t>(*step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckListed(at.snapshot(), std::nullopt, latest).WithContext("latest snapshot"));
+  return latest;
 }
 
 Result<SnapshotInfo> RocksStore::Info(int64_t step) {
@@ -846,6 +1141,15 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   } else if (!s.IsNotFound()) {
     return FromRocks(s, "read snapshot record");
   }
+  auto stored_counts = ReadCounts(nullptr);
+  if (!stored_counts.ok()) return stored_counts.status().WithContext("commit");
+  StoreCountsData counts = stored_counts->value_or(StoreCountsData());
+  if (s.IsNotFound()) {
+    ++counts.snapshots;
+    counts.newest_step = counts.newest_step ? std::max(*counts.newest_step, info.step) : info.step;
+  }
+  ++counts.transactions;
+  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
   for (const TensorRecord& r : records) {
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(
         batch.Put(tensors_cf_, EncodeTensorKey(info.step, r.param_id, r.role), SerializeTensorRecord(r)),
@@ -868,9 +1172,13 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
     committed = CheckWrite(db_->Write(wo, &batch), "commit");
   }
   TRAINSNAP_RETURN_IF_ERROR(committed);
+  // Committed: a failure to record it in the commit log is reported, but the
+  // snapshot stays (like a commit whose WAL sync failed after the append).
+  TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
-  if (retention_.keep_last > 0) {
+  // Retention collects garbage: not while a loss is unacknowledged.
+  if (retention_.keep_last > 0 && !lost_commits()) {
     // The snapshot is committed whatever happens here: a failed prune is
     // retried after the next commit, and must not report the commit failed.
     static_cast<void>(PruneLocked(retention_, /*full_gc=*/false));
@@ -882,6 +1190,45 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
 
 Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<ChunkRef>* released) {
   rocksdb::WriteBatch batch;
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> stored_counts, ReadCounts(nullptr));
+  StoreCountsData counts = stored_counts.value_or(StoreCountsData());
+  std::set<int64_t> gone;  // the steps of `steps` that are stored (each once)
+  for (int64_t step : steps) {
+    if (gone.count(step)) continue;
+    std::string value;
+    rocksdb::Status found = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, EncodeStepKey(step), &value);
+    if (found.ok()) {
+      gone.insert(step);
+    } else if (!found.IsNotFound()) {
+      return FromRocks(found, "read snapshot record of " + StepName(step));
+    }
+  }
+  if (gone.size() > counts.snapshots) {
+    return Status::Corruption("the store records " + std::to_string(counts.snapshots) + " snapshots, fewer than the " +
+                              std::to_string(gone.size()) + " to delete (run `trainsnap verify`)");
+  }
+  counts.snapshots -= gone.size();
+  if (counts.newest_step && gone.count(*counts.newest_step)) {
+    // The newest remaining step: the first stored key below, skipping the deleted.
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+    std::optional<int64_t> newest;
+    for (it->SeekForPrev(EncodeStepKey(*counts.newest_step)); it->Valid(); it->Prev()) {
+      TRAINSNAP_ASSIGN_OR_RETURN(int64_t step, DecodeStepKey(std::string_view(it->key().data(), it->key().size())));
+      if (!gone.count(step)) {
+        newest = step;
+        break;
+      }
+    }
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "find the newest remaining snapshot"));
+    counts.newest_step = newest;
+  }
+  if (counts.snapshots == 0) counts.newest_step.reset();
+  if (counts.snapshots > 0 && !counts.newest_step) {
+    return Status::Corruption("the store records " + std::to_string(counts.snapshots) +
+                              " snapshots but none remains after the delete (run `trainsnap verify`)");
+  }
+  ++counts.transactions;
+  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
   for (int64_t step : steps) {
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(snapshots_cf_, EncodeStepKey(step)), "delete"));
     const std::string prefix = TensorKeyPrefix(step);
@@ -903,7 +1250,8 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
   }
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
-  return CheckWrite(db_->Write(wo, &batch), "delete snapshots");
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), "delete snapshots"));
+  return NoteTransaction(counts);
 }
 
 Status RocksStore::CheckStored(int64_t step) {
@@ -982,7 +1330,7 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
   }
   if (!records_per_step.empty()) {
     return Status::Corruption(refuse + "tensor records of " + StepName(records_per_step.begin()->first) +
-                              ", which has no snapshot record");
+                              ", which has no snapshot record (`trainsnap verify --repair` deletes them)");
   }
   return AddDeltaBases(live);
 }
@@ -1069,6 +1417,7 @@ Result<GcReport> RocksStore::CollectGarbageLocked(const ProgressFn& progress) {
 
 Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("collect garbage"));
+  TRAINSNAP_RETURN_IF_ERROR(CheckNoLostCommits("collect garbage in " + path_));
   std::lock_guard<std::mutex> lock(commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("collect garbage"));
   std::shared_lock<std::shared_mutex> view_lock;
@@ -1139,6 +1488,7 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
   if (policy.keep_last < 0 || policy.keep_every < 0) {
     return Status::InvalidArgument("prune: retention counts must be >= 0");
   }
+  TRAINSNAP_RETURN_IF_ERROR(CheckNoLostCommits("prune " + path_));
   std::lock_guard<std::mutex> lock(commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("prune"));
   std::shared_lock<std::shared_mutex> view_lock;
@@ -1163,19 +1513,23 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     }
     if (data.ok() && !data->has_value()) return Status::NotFound(context + ": no snapshot at " + StepName(*step));
     steps.push_back(*step);
-  } else {
-    auto all = ListSteps();
+  }
+  VerifyReport report;
+  if (!step) {
+    VerifyStore(&report);
+    // Every snapshot record the scan finds is verified; a count that
+    // disagrees with the scan is one of VerifyStore's problems.
+    auto all = ListSteps(nullptr, /*check_counts=*/false);
     if (!all.ok()) return all.status().WithContext(context);
     steps = std::move(*all);
   }
-  VerifyReport report;
   for (size_t si = 0; si < steps.size(); ++si) {
     const int64_t s = steps[si];
     ++report.snapshots;
     if (progress) progress(si, steps.size());
     auto record = ReadSnapshotRecord(s);
     if (!record.ok()) {
-      report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record")});
+      report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record"), false, {}});
       continue;
     }
     uint64_t tensors_seen = 0;
@@ -1190,7 +1544,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       ++report.tensors;
       auto key = DecodeTensorKey(std::string_view(it->key().data(), it->key().size()));
       if (!key.ok()) {
-        report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s))});
+        report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s)), false, {}});
         continue;
       }
       const std::string where = StepName(s) + ": tensor param_id " + std::to_string(key->param_id) + " role " +
@@ -1198,7 +1552,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       auto tensor = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
                                       key->role);
       if (!tensor.ok()) {
-        report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where)});
+        report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where), false, {}});
         continue;
       }
       // Chunks are read, decoded and re-hashed in parallel; problems are
@@ -1230,20 +1584,180 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       for (size_t ci = 0; ci < n; ++ci) {
         if (!chunk_status[ci].ok()) {
           report.problems.push_back({s, key->param_id, key->role, static_cast<int64_t>(ci), tensor->chunks[ci].hash,
-                                     std::move(chunk_status[ci])});
+                                     std::move(chunk_status[ci]), false, {}});
         }
       }
     }
     if (!it->status().ok()) {
-      report.problems.push_back({s, 0, "", -1, {}, FromRocks(it->status(), StepName(s) + ": scan tensor records")});
+      report.problems.push_back({s, 0, "", -1, {}, FromRocks(it->status(), StepName(s) + ": scan tensor records"), false, {}});
     } else if (record->has_value() && (*record)->info.tensors != tensors_seen) {
       report.problems.push_back({s, 0, "", -1, {},
                                  Status::Corruption(StepName(s) + ": snapshot record lists " +
                                                     std::to_string((*record)->info.tensors) +
-                                                    " tensors, the store holds " + std::to_string(tensors_seen))});
+                                                    " tensors, the store holds " + std::to_string(tensors_seen)), false, {}});
     }
   }
   if (progress) progress(steps.size(), steps.size());
+  return report;
+}
+
+void RocksStore::VerifyStore(VerifyReport* report) {
+  auto problem = [&](std::string file, Status status) {
+    VerifyProblem p;
+    p.store = true;
+    p.file = std::move(file);
+    p.status = std::move(status);
+    report->problems.push_back(std::move(p));
+  };
+  // RocksDB's block checksums of every table file, one file at a time, so
+  // that each damaged file is named (DB::VerifyChecksum stops at the first).
+  std::vector<rocksdb::LiveFileMetaData> tables;
+  db_->GetLiveFilesMetaData(&tables);
+  std::sort(tables.begin(), tables.end(),
+            [](const rocksdb::LiveFileMetaData& a, const rocksdb::LiveFileMetaData& b) {
+              return a.relative_filename < b.relative_filename;
+            });
+  rocksdb::Options table_options;
+  if (env_ != nullptr) table_options.env = env_;
+  for (const rocksdb::LiveFileMetaData& table : tables) {
+    const std::string where = "table file " + table.relative_filename + " (column family " +
+                              table.column_family_name + ")";
+    rocksdb::SstFileReader reader(table_options);
+    rocksdb::Status s = reader.Open(table.directory + "/" + table.relative_filename);
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (!s.ok()) {
+      Status mapped = FromRocks(s, where);
+      // Any failure to read back a file the MANIFEST lists is damage.
+      if (mapped.code() == StatusCode::kIOError) mapped = Status::Corruption(mapped.message());
+      problem(table.relative_filename, std::move(mapped));
+    }
+  }
+  // Blob files (chunk payloads): each must be there at the size the
+  // MANIFEST records. Their records' checksums are checked by the reads of
+  // every referenced chunk below.
+  rocksdb::ColumnFamilyMetaData chunks_meta;
+  db_->GetColumnFamilyMetaData(chunks_cf_, &chunks_meta);
+  for (const rocksdb::BlobMetaData& blob : chunks_meta.blob_files) {
+    const std::string file = blob.blob_file_path + "/" + blob.blob_file_name;
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(file, ec);
+    if (ec) {
+      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + ": " + ec.message() +
+                                                      " (a file of the store is missing)"));
+    } else if (size != blob.blob_file_size) {
+      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + " has " +
+                                                      std::to_string(size) + " bytes, the MANIFEST records " +
+                                                      std::to_string(blob.blob_file_size)));
+    }
+  }
+  // Every column family the store relies on, read at one snapshot.
+  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, meta_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    }
+    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the meta column family"));
+  }
+  auto counts = ReadCounts(at.snapshot());
+  if (!counts.ok()) problem("", counts.status());
+  auto steps = ListSteps(at.snapshot(), /*check_counts=*/counts.ok());
+  if (!steps.ok()) problem("", steps.status());
+  std::map<int64_t, uint64_t> leftovers;
+  Status s = FindLeftovers(at.snapshot(), &leftovers);
+  if (!s.ok()) problem("", s.WithContext("scan the tensor records"));
+  for (const auto& [leftover, records] : leftovers) {
+    problem("", Status::Corruption(std::to_string(records) + " tensor records of " + StepName(leftover) +
+                                   ", which has no snapshot record (leftovers of a deleted step; "
+                                   "`trainsnap verify --repair` deletes them)"));
+  }
+  if (chunk_deps_cf_ != nullptr) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunk_deps_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+      auto base = DecodeChunkKey(std::string_view(it->value().data(), it->value().size()));
+      if (!hash.ok()) {
+        problem("", hash.status().WithContext("chunk_deps key"));
+      } else if (!base.ok()) {
+        problem("", base.status().WithContext("chunk_deps of " + hash->Hex()));
+      }
+    }
+    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the chunk_deps column family"));
+  }
+  if (std::optional<LostCommits> loss = lost_commits()) {
+    problem(CommitLog::kFileName,
+            Status::Corruption(DescribeLoss(*loss) + " (acknowledge with `trainsnap verify --acknowledge-loss`)"));
+  }
+  auto log = CommitLog::Read(path_);
+  if (!log.ok()) problem(CommitLog::kFileName, log.status());
+}
+
+Status RocksStore::FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers) {
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at;
+  std::map<int64_t, uint64_t> per_step;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(TensorKey key, DecodeTensorKey(std::string_view(it->key().data(), it->key().size())));
+    ++per_step[key.step];
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
+  // A point look-up per step: a record that a scan skipped is still found.
+  for (const auto& [step, records] : per_step) {
+    std::string value;
+    rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
+    if (s.IsNotFound()) {
+      leftovers->emplace(step, records);
+    } else if (!s.ok()) {
+      return FromRocks(s, "read snapshot record of " + StepName(step));
+    }
+  }
+  return Status::OK();
+}
+
+Result<RepairReport> RocksStore::Repair() {
+  const std::string context = "repair " + path_;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
+  rocksdb::ManagedSnapshot at(db_);
+  // The snapshot records must agree with the counts: records of a snapshot
+  // that a failed read hid must not be taken for leftovers.
+  auto steps = ListSteps(at.snapshot());
+  if (!steps.ok()) return steps.status().WithContext(context + ": refusing to repair");
+  std::map<int64_t, uint64_t> leftovers;
+  TRAINSNAP_RETURN_IF_ERROR(FindLeftovers(at.snapshot(), &leftovers).WithContext(context));
+  RepairReport report;
+  if (leftovers.empty()) return report;
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> stored_counts, ReadCounts(at.snapshot()));
+  StoreCountsData counts = stored_counts.value_or(StoreCountsData());
+  rocksdb::WriteBatch batch;
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  for (const auto& [step, records] : leftovers) {
+    const std::string prefix = TensorKeyPrefix(step);
+    const std::string upper = PrefixUpperBound(prefix);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions scan = ro;
+    if (!upper.empty()) scan.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, tensors_cf_));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(tensors_cf_, it->key()), "delete leftover tensor record"));
+      ++report.tensor_records;
+    }
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan tensor records of " + StepName(step)));
+    report.steps.push_back(step);
+  }
+  ++counts.transactions;
+  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), context));
+  TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext(context));
   return report;
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <optional>
@@ -15,9 +16,11 @@
 
 #include <boost/asio/thread_pool.hpp>
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <rocksdb/utilities/optimistic_transaction_db.h>
 
 #include "store/chunk_registry.h"
+#include "store/commit_log.h"
 #include "store/delta_base_cache.h"
 #include "store/records.h"
 #include "trainsnap/store.h"
@@ -38,6 +41,8 @@ class RocksStore final : public Store {
   size_t chunk_bytes() const override { return chunk_bytes_; }
   const StoreOptions& options() const override { return options_; }
   Status Refresh() override;
+  std::optional<LostCommits> lost_commits() override;
+  Status AcknowledgeLostCommits() override;
 
   Result<std::vector<SnapshotInfo>> List() override;
   Result<std::optional<int64_t>> Latest() override;
@@ -55,6 +60,7 @@ class RocksStore final : public Store {
   Result<VerifyReport> Verify(std::optional<int64_t> step, const ProgressFn& progress) override;
   Result<PruneReport> Prune(const RetentionPolicy& policy) override;
   Result<StoreStats> Stats(const ProgressFn& progress) override;
+  Result<RepairReport> Repair() override;
 
   // --- for SnapshotWriterImpl ---------------------------------------------
   ChunkRegistry& registry() { return registry_; }
@@ -94,8 +100,27 @@ class RocksStore final : public Store {
   // flush or compaction) since the last check: the database then refuses
   // writes although no call of this store failed.
   void NoteBackgroundErrors();
-  // At RocksDB snapshot `at` (null = the latest state).
+  // At RocksDB snapshot `at` (null = the latest state), checked against the
+  // stored counts (CheckListed).
   Result<std::vector<SnapshotInfo>> ListLocked(const rocksdb::Snapshot* at = nullptr);
+  // The counts record at `at`; none for a store of format version < 3,
+  // which has none. Corruption when a version-3 store lacks it.
+  Result<std::optional<StoreCountsData>> ReadCounts(const rocksdb::Snapshot* at);
+  // Corruption unless a scan at `at` that found `found` snapshots, the newest
+  // `newest`, agrees with the counts record read at the same snapshot.
+  // `found` none: only the newest step is checked (Latest).
+  Status CheckListed(const rocksdb::Snapshot* at, std::optional<uint64_t> found, std::optional<int64_t> newest);
+  // Adds the counts record for `counts` to `batch` (a store of format
+  // version 3; older stores are upgraded by a writable open).
+  Status PutCounts(rocksdb::WriteBatch* batch, const StoreCountsData& counts);
+  // After a batch that wrote `counts` committed: records it in the commit log.
+  Status NoteTransaction(const StoreCountsData& counts);
+  // Compares the commit log (read before the database was opened) with the
+  // database's counts and sets lost_; a writable store then (re)writes the
+  // log, keeping an unacknowledged loss in it.
+  Status CheckCommitLog(const std::optional<CommitLogState>& log);
+  // Refuses (Corruption) while lost commits are not acknowledged.
+  Status CheckNoLostCommits(std::string_view what);
 
   RocksStore() = default;
   Status OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env);
@@ -121,10 +146,18 @@ class RocksStore final : public Store {
   bool FailedInBackground(const WriteMark& mark);
   Status CheckWrite(const rocksdb::Status& s, std::string_view context);
   Status LoadOrCreateMeta(const StoreOptions& options);
+  // Before a writable open of an existing database: that it is a trainsnap
+  // store of a known format version whose fixed options match `options`,
+  // read through a read-only instance, so that nothing is changed when it
+  // is not. A store whose creation stopped before its meta record was
+  // written (our column families, all empty) passes: the open completes it.
+  static Status CheckExistingStore(const std::string& path, const StoreOptions& options, rocksdb::Env* env);
   Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
-  Result<std::vector<int64_t>> ListSteps();
+  // The stored steps at `at` (null = a snapshot of its own), ascending;
+  // checked against the counts record unless `check_counts` is false.
+  Result<std::vector<int64_t>> ListSteps(const rocksdb::Snapshot* at = nullptr, bool check_counts = true);
   // OK when snapshot `step` is committed; NotFound otherwise.
   Status CheckStored(int64_t step);
   // Deletes the snapshots `steps` (and their tensor records) in one atomic
@@ -163,8 +196,16 @@ class RocksStore final : public Store {
   // hash -> base hash for every delta chunk (chunk_deps CF).
   Status ReadChunkDeps(std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher>* deps);
 
+  // Store-level checks of Verify (whole store): table-file checksums, blob
+  // files, every column family against the counts, leftovers, lost commits.
+  void VerifyStore(VerifyReport* report);
+  // Steps with tensor records but no snapshot record, and their record
+  // counts, read at `at`.
+  Status FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers);
+
   std::string path_;
   bool read_only_ = false;
+  uint32_t format_version_ = 0;  // of the meta record, as opened
   size_t chunk_bytes_ = 0;
   int zstd_level_ = 1;
   bool compress_ = true;
@@ -201,6 +242,10 @@ class RocksStore final : public Store {
   // Bumped by every reopen.
   std::atomic<uint64_t> generation_{0};
   Status recovery_error_;  // why db_ is null; guarded by db_mu_
+  // Writable stores: the commit log, written under commit_mu_.
+  std::unique_ptr<CommitLog> commit_log_;
+  std::mutex lost_mu_;
+  std::optional<LostCommits> lost_;  // guarded by lost_mu_
   StoreOptions options_;   // as opened; for reopening after a failure
 };
 

@@ -5,11 +5,22 @@
 namespace trainsnap::internal {
 namespace {
 
-bool IsLockError(const rocksdb::Status& s) {
-  // RocksDB reports a held LOCK file as IOError "lock hold by current process"
-  // or "While lock file: .../LOCK: Resource temporarily unavailable".
+// RocksDB 7.8 (PosixFileSystem::LockFile) reports the store's LOCK file held
+// as IOError "lock hold by current process, ...: <path>/LOCK" (this process)
+// or "While lock file: <path>/LOCK: <strerror>" (fcntl F_SETLK refused: another
+// process holds it). Failing to open the LOCK file ("While open a file for
+// lock: <path>/LOCK: Permission denied") is not a held lock; neither is any
+// other file whose name contains "LOCK".
+bool IsLockHeld(const rocksdb::Status& s, std::string_view path) {
   const std::string msg = s.ToString();
-  return msg.find("LOCK") != std::string::npos || msg.find("lock hold") != std::string::npos;
+  const bool held = msg.find("lock hold by current process") != std::string::npos ||
+                    msg.find("While lock file: ") != std::string::npos;
+  if (!held) return false;
+  if (path.empty()) return true;
+  std::string lock_file(path);
+  while (lock_file.size() > 1 && lock_file.back() == '/') lock_file.pop_back();
+  lock_file += "/LOCK";
+  return msg.find(lock_file) != std::string::npos;
 }
 
 }  // namespace
@@ -21,9 +32,12 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context, std::string
   msg += s.ToString();
   if (s.IsNoSpace()) return Status::NoSpace(std::move(msg));
   if (s.IsCorruption()) return Status::Corruption(std::move(msg));
+  // A file RocksDB's MANIFEST (or CURRENT) names is gone: the store is
+  // damaged, like a table file that fails its checksum.
+  if (s.IsPathNotFound()) return Status::Corruption(msg + " (a file of the store is missing)");
   if (s.IsNotFound()) return Status::NotFound(std::move(msg));
   if (s.IsIOError()) {
-    if (IsLockError(s)) {
+    if (IsLockHeld(s, path)) {
       std::string busy(context);
       if (!busy.empty()) busy += ": ";
       busy += "store " + std::string(path) + " is held by another writer (" + s.ToString() + ")";

@@ -9,9 +9,11 @@
 
 namespace trainsnap::internal {
 
-// NoSpace -> kNoSpace, Corruption -> kCorruption, NotFound -> kNotFound,
-// Busy/TimedOut/TryAgain -> kBusy, lock-file IOError -> kBusy naming `path`,
-// other IOError -> kIOError, InvalidArgument -> kInvalidArgument,
+// NoSpace -> kNoSpace, Corruption -> kCorruption, PathNotFound (a file of
+// the database missing) -> kCorruption, NotFound -> kNotFound,
+// Busy/TimedOut/TryAgain -> kBusy, the LOCK file of `path` held by another
+// writer -> kBusy naming `path`, other IOError (permission denied included)
+// -> kIOError, InvalidArgument -> kInvalidArgument,
 // NotSupported -> kNotSupported, Aborted/Incomplete/ShutdownInProgress ->
 // kAborted. `context` is prepended to the message.
 Status FromRocks(const rocksdb::Status& s, std::string_view context, std::string_view path = {});

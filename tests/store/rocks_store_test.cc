@@ -365,7 +365,7 @@ TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
     proto::StoreMeta meta;
     ASSERT_TRUE(meta.ParseFromString(value));
-    EXPECT_EQ(meta.format_version(), 2u);
+    EXPECT_EQ(meta.format_version(), 3u);
     EXPECT_EQ(meta.chunk_bytes(), 4096u);
     EXPECT_EQ(meta.hash(), "xxh3-128");
     meta.set_format_version(99);
@@ -837,7 +837,7 @@ TEST(RocksStoreTest, PreDeltaStoresStayReadableAndAreUpgraded) {
   ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
   proto::StoreMeta meta;
   ASSERT_TRUE(meta.ParseFromString(value));
-  EXPECT_EQ(meta.format_version(), 2u);
+  EXPECT_EQ(meta.format_version(), 3u);
 }
 
 }  // namespace
