@@ -5,6 +5,7 @@
 // are checked against the stored count; leftovers of a deleted step are
 // repaired. docs/reliability.md describes each.
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -175,6 +176,50 @@ TEST(OpenSafetyTest, OnlyAnEmptyDirectoryOrNothingBecomesAStore) {
   auto reopened = Store::Open(empty, TestStoreOptions());
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   EXPECT_TRUE(StoreHoldsExactly(**reopened, {1}));
+}
+
+// --- #12.6: permission denied is IOError naming the path, not Busy -------------
+
+// Run as user nobody in a forked child (root bypasses file permissions): a
+// writable open of a root-owned store in a read-only location, and of a new
+// store in a read-only directory, is IOError naming the path; a read-only
+// open of that store works.
+TEST(PermissionTest, DeniedIsIOErrorNamingThePathNotBusy) {
+  TempDir dir;
+  const std::string parent = dir.Sub("readonly");
+  const std::string path = parent + "/store";
+  ASSERT_NO_FATAL_FAILURE(WriteSteps(path, 2));
+  fs::create_directories(dir.Sub("readonly_empty"));
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  for (const auto& e : fs::directory_iterator(path)) ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0555), 0);
+  ASSERT_EQ(::chmod(parent.c_str(), 0555), 0);
+  ASSERT_EQ(::chmod(dir.Sub("readonly_empty").c_str(), 0555), 0);
+  const std::string result = RunIsolated([&]() -> std::string {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) return "cannot become nobody";
+    std::string failures;
+    auto expect_denied = [&](const std::string& what, const Status& s, const std::string& where) {
+      if (s.code() != StatusCode::kIOError || !Contains(s.message(), "Permission denied") ||
+          !Contains(s.message(), where)) {
+        failures += what + ": got " + s.ToString() + "\n";
+      }
+    };
+    expect_denied("existing store", Store::Open(path, TestStoreOptions()).status(), path);
+    expect_denied("new store in a read-only directory", Store::Open(parent + "/new", TestStoreOptions()).status(),
+                  parent + "/new");
+    expect_denied("empty read-only directory", Store::Open(dir.Sub("readonly_empty"), TestStoreOptions()).status(),
+                  dir.Sub("readonly_empty"));
+    auto reader = Store::OpenReadOnly(path);
+    if (!reader.ok()) return failures + "read-only open: " + reader.status().ToString();
+    auto list = (*reader)->List();
+    if (!list.ok() || list->size() != 2) failures += "read-only list: " + list.status().ToString() + "\n";
+    return failures;
+  });
+  EXPECT_EQ(result, "");
+  ASSERT_EQ(::chmod(parent.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  EXPECT_TRUE(fs::is_empty(dir.Sub("readonly_empty")));
+  EXPECT_FALSE(fs::exists(parent + "/new"));
 }
 
 // --- #12.8: a missing file of the store is Corruption, the same everywhere ----
