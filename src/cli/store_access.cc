@@ -11,7 +11,12 @@ namespace {
 // detail; a missing directory is the most common typo, so say it plainly.
 Status CheckExists(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  const bool exists = std::filesystem::exists(path, ec);
+  // Not "does not exist" when the path cannot even be looked at.
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return Status::IOError("store `" + path + "`: " + ec.message());
+  }
+  if (!exists) {
     return Status::NotFound("store `" + path + "` does not exist");
   }
   if (!std::filesystem::is_directory(path, ec)) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/human_format.h"
@@ -23,10 +24,42 @@ struct VerifyOptions {
   std::optional<int64_t> step;
   bool all = false;
   bool json = false;
+  bool repair = false;            // delete leftover tensor records first
+  bool acknowledge_loss = false;  // accept lost commits first
 };
 
+std::string StepList(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+
 Status RunVerify(const VerifyOptions& options) {
-  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForReading(options.store));
+  // --repair and --acknowledge-loss write: they need the store for writing.
+  const bool write = options.repair || options.acknowledge_loss;
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+                             write ? OpenForWriting(options.store) : OpenForReading(options.store));
+  std::optional<LostCommits> acknowledged;
+  RepairReport repaired;
+  if (options.acknowledge_loss) {
+    acknowledged = store->lost_commits();
+    TRAINSNAP_RETURN_IF_ERROR(store->AcknowledgeLostCommits());
+  }
+  if (options.repair) {
+    auto result = store->Repair();
+    if (!result.ok()) return result.status();
+    repaired = std::move(*result);
+  }
+  if (!options.json) {
+    if (acknowledged) {
+      std::cout << "acknowledged lost commits: the commit log recorded " << acknowledged->recorded
+                << " write transactions, the database holds " << acknowledged->found << "\n";
+    }
+    if (options.repair) {
+      std::cout << "repaired: deleted " << repaired.tensor_records << " leftover tensor records"
+                << (repaired.steps.empty() ? "" : " of steps " + StepList(repaired.steps)) << "\n";
+    }
+  }
   if (options.step.has_value()) TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, *options.step).status());
   VerifyReport report;
   {
@@ -47,7 +80,14 @@ Status RunVerify(const VerifyOptions& options) {
     return it->second.Name(p.param_id);
   };
   std::set<int64_t> bad_steps;
-  for (const VerifyProblem& p : report.problems) bad_steps.insert(p.step);
+  size_t store_problems = 0;
+  for (const VerifyProblem& p : report.problems) {
+    if (p.store) {
+      ++store_problems;
+    } else {
+      bad_steps.insert(p.step);
+    }
+  }
 
   if (options.json) {
     nlohmann::json doc = JsonDocument("verify");
@@ -59,9 +99,27 @@ Status RunVerify(const VerifyOptions& options) {
     doc["chunks"] = report.chunks;
     doc["bytes"] = report.bytes;
     doc["bad_steps"] = bad_steps;
+    if (options.acknowledge_loss) {
+      doc["acknowledged_lost_commits"] =
+          acknowledged ? nlohmann::json({{"recorded", acknowledged->recorded}, {"found", acknowledged->found}})
+                       : nlohmann::json(nullptr);
+    }
+    if (options.repair) {
+      doc["repaired"] = {{"steps", repaired.steps}, {"tensor_records", repaired.tensor_records}};
+    }
     doc["problems"] = nlohmann::json::array();
     for (const VerifyProblem& p : report.problems) {
-      doc["problems"].push_back({{"step", p.step},
+      if (p.store) {
+        // A problem of the store as a whole: no step, tensor or chunk.
+        doc["problems"].push_back({{"store", true},
+                                   {"file", p.file.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.file)},
+                                   {"step", nullptr},
+                                   {"code", std::string(StatusCodeName(p.status.code()))},
+                                   {"message", p.status.message()}});
+        continue;
+      }
+      doc["problems"].push_back({{"store", false},
+                                 {"step", p.step},
                                  {"param_id", HexId(p.param_id)},
                                  {"name", p.role.empty() ? nlohmann::json(nullptr) : nlohmann::json(name_of(p))},
                                  {"role", p.role},
@@ -77,23 +135,32 @@ Status RunVerify(const VerifyOptions& options) {
     if (report.ok()) {
       std::cout << "OK\n";
     } else {
-      std::cout << report.problems.size() << " problems in " << bad_steps.size() << " snapshots\n";
+      std::cout << report.problems.size() << " problems: " << store_problems << " in the store's files, "
+                << report.problems.size() - store_problems << " in " << bad_steps.size() << " snapshots\n";
+      for (const VerifyProblem& p : report.problems) {
+        if (p.store) std::cout << "store" << (p.file.empty() ? "" : " file " + p.file) << ": " << p.status.ToString() << "\n";
+      }
       Table table({{"STEP", Align::kRight}, {"PARAMETER"}, {"ROLE"}, {"CHUNK", Align::kRight}, {"HASH"},
                    {"PROBLEM"}});
       for (const VerifyProblem& p : report.problems) {
+        if (p.store) continue;
         table.AddRow({std::to_string(p.step), p.role.empty() ? "(manifest)" : name_of(p), p.role,
                       p.chunk_index >= 0 ? std::to_string(p.chunk_index) : "-",
                       p.chunk_index >= 0 ? p.hash.Hex() : "-", p.status.ToString()});
       }
-      std::cout << table.Render();
+      if (report.problems.size() > store_problems) std::cout << table.Render();
     }
     std::cout.flush();
   }
   if (report.ok()) return Status::OK();
-  std::string steps;
-  for (int64_t s : bad_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-  return Status::Corruption("corruption found: " + std::to_string(report.problems.size()) +
-                            " problems in snapshots " + steps);
+  std::string where;
+  if (store_problems > 0) where = std::to_string(store_problems) + " in the store's files";
+  if (!bad_steps.empty()) {
+    where += (where.empty() ? "" : ", ") + std::string("in snapshots ") +
+             StepList(std::vector<int64_t>(bad_steps.begin(), bad_steps.end()));
+  }
+  return Status::Corruption("corruption found: " + std::to_string(report.problems.size()) + " problems (" + where +
+                            ")");
 }
 
 }  // namespace
@@ -108,6 +175,10 @@ Command AddVerifyCommand(CLI::App& parent) {
   CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)");
   app->add_flag("--all", options->all, "Verify every snapshot")->excludes(step);
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.verify/1, docs/cli.md)");
+  app->add_flag("--repair", options->repair,
+                "First delete leftover tensor records of deleted steps (opens the store for writing)");
+  app->add_flag("--acknowledge-loss", options->acknowledge_loss,
+                "First accept reported lost commits, so that gc and prune run again (opens the store for writing)");
   return {app, [options] { return RunVerify(*options); }};
 }
 

@@ -1519,9 +1519,16 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     VerifyStore(&report);
     // Every snapshot record the scan finds is verified; a count that
     // disagrees with the scan is one of VerifyStore's problems.
+    // A scan that fails is one more problem; the file checks above say where.
     auto all = ListSteps(nullptr, /*check_counts=*/false);
-    if (!all.ok()) return all.status().WithContext(context);
-    steps = std::move(*all);
+    if (all.ok()) {
+      steps = std::move(*all);
+    } else {
+      VerifyProblem p;
+      p.store = true;
+      p.status = all.status();
+      report.problems.push_back(std::move(p));
+    }
   }
   for (size_t si = 0; si < steps.size(); ++si) {
     const int64_t s = steps[si];

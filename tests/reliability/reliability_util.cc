@@ -12,6 +12,7 @@
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/utilities/options_util.h>
 
 #include "store/keys.h"
@@ -216,6 +217,23 @@ void FlushStore(const std::string& path) {
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   s = db->Close();
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+std::map<std::string, std::vector<std::string>> TableFilesByColumnFamily(const std::string& path) {
+  rocksdb::DBOptions db_options;
+  auto cfs = StoreColumnFamilies(path, &db_options);
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &handles, &raw);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::map<std::string, std::vector<std::string>> out;
+  if (!s.ok()) return out;
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  for (const rocksdb::LiveFileMetaData& f : files) out[f.column_family_name].push_back(f.relative_filename);
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  return out;
 }
 
 std::string RunIsolated(const std::function<std::string()>& fn, unsigned timeout_s) {

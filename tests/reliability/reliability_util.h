@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,10 @@ void FlushStore(const std::string& path);
 // survive a fork, and a child that needs them hangs. A fault-injection case
 // that crashes the process must fail its test, not end the test binary.
 std::string RunIsolated(const std::function<std::string()>& fn, unsigned timeout_s = 120);
+
+// The live table files of a closed store, by column family name (file names
+// relative to the store), read through a read-only RocksDB instance.
+std::map<std::string, std::vector<std::string>> TableFilesByColumnFamily(const std::string& path);
 
 // Recursive copy of a directory (replacing `to`).
 void CopyDir(const std::string& from, const std::string& to);

@@ -5,6 +5,8 @@
 // is checked exactly. Exit codes are documented in docs/cli.md.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "reliability/reliability_util.h"
+#include "store/keys.h"
+#include "store/rocks_store.h"
 #include "store/temp_dir.h"
 
 namespace trainsnap::testing {
@@ -41,8 +45,13 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-// Runs the trainsnap binary (no shell), stdin from /dev/null.
-CliRun RunCli(const std::vector<std::string>& args, const std::string& scratch) {
+constexpr int kExitError = 1;
+constexpr uid_t kNobody = 65534;
+
+// Runs the trainsnap binary (no shell), stdin from /dev/null; as user
+// `as_user` (its own group too) when not 0, so that file permissions apply
+// (root bypasses them).
+CliRun RunCli(const std::vector<std::string>& args, const std::string& scratch, uid_t as_user = 0) {
   const std::string out_path = scratch + ".out", err_path = scratch + ".err";
   CliRun run;
   std::vector<std::string> argv_strings = {TRAINSNAP_CLI_PATH};
@@ -56,6 +65,9 @@ CliRun RunCli(const std::vector<std::string>& args, const std::string& scratch) 
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (in < 0 || out < 0 || err < 0) ::_exit(126);
+    if (as_user != 0 && (::setgroups(0, nullptr) != 0 || ::setgid(as_user) != 0 || ::setuid(as_user) != 0)) {
+      ::_exit(125);
+    }
     ::dup2(in, STDIN_FILENO);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
@@ -157,19 +169,20 @@ TEST_F(VerifyCliTest, ManifestTruncationExitsThree) {
   EXPECT_EQ(run.exit_code, kExitCorruption) << run.err;
 }
 
-// What RocksDB's point-in-time WAL recovery does with a damaged WAL tail: it
-// replays up to the last intact record and drops the rest without an error,
-// exactly like a power loss before those commits. Neither the store nor
-// verify can tell (docs/reliability.md, "What is not detected"): verify exits
-// 0 on a store rolled back to an earlier commit. These tests pin that down.
-TEST_F(VerifyCliTest, WalTailDamageRollsBackAndVerifyCannotTell) {
+// A damaged, cut or deleted WAL tail: RocksDB replays it up to the last
+// intact record without an error; the store's commit log tells that
+// committed snapshots were lost. verify exits 3 naming the loss, gc refuses
+// (exit 3) until `verify --acknowledge-loss`; the surviving snapshots are intact.
+TEST_F(VerifyCliTest, WalTailDamageIsReportedAsLostCommitsUntilAcknowledged) {
   struct Case {
     std::string name;
     std::function<void(const fs::path&)> damage;
+    std::vector<int64_t> kept;
   };
   const std::vector<Case> cases = {
-      {"wal_flip", [](const fs::path& f) { FlipByte(f, fs::file_size(f) - 100); }},
-      {"wal_cut", [](const fs::path& f) { fs::resize_file(f, fs::file_size(f) - 100); }},
+      {"wal_flip", [](const fs::path& f) { FlipByte(f, fs::file_size(f) - 100); }, {1, 2, 3, 4, 5, 6, 7}},
+      {"wal_cut", [](const fs::path& f) { fs::resize_file(f, fs::file_size(f) - 100); }, {1, 2, 3, 4, 5, 6, 7}},
+      {"wal_deleted", [](const fs::path& f) { fs::remove(f); }, {1, 2, 3, 4, 5, 6}},
   };
   for (const Case& c : cases) {
     CliRun run = VerifyDamaged(c.name, [&](const std::string& path) {
@@ -177,12 +190,141 @@ TEST_F(VerifyCliTest, WalTailDamageRollsBackAndVerifyCannotTell) {
       ASSERT_EQ(logs.size(), 1u);
       c.damage(logs.back());
     });
-    EXPECT_EQ(run.exit_code, kExitOk) << c.name << ": " << run.err;
-    // The last commit (step 8) is gone, everything before it is intact.
-    auto store = Store::OpenReadOnly(dir_.Sub(c.name));
+    const std::string path = dir_.Sub(c.name);
+    EXPECT_EQ(run.exit_code, kExitCorruption) << c.name << ": " << run.err;
+    EXPECT_NE(run.out.find("committed snapshots were lost: the commit log records 8 write transactions"),
+              std::string::npos)
+        << c.name << ": " << run.out;
+    CliRun gc = RunCli({"gc", path}, dir_.Sub(c.name + ".gc"));
+    EXPECT_EQ(gc.exit_code, kExitCorruption) << c.name << ": " << gc.err;
+    EXPECT_NE(gc.err.find("acknowledge it first"), std::string::npos) << gc.err;
+    CliRun ack = RunCli({"verify", "--acknowledge-loss", path}, dir_.Sub(c.name + ".ack"));
+    EXPECT_EQ(ack.exit_code, kExitOk) << c.name << ": " << ack.out << ack.err;
+    EXPECT_NE(ack.out.find("acknowledged lost commits: the commit log recorded 8 write transactions, the database "
+                           "holds " + std::to_string(c.kept.size())),
+              std::string::npos)
+        << ack.out;
+    EXPECT_EQ(RunCli({"gc", path}, dir_.Sub(c.name + ".gc2")).exit_code, kExitOk) << c.name;
+    auto store = Store::OpenReadOnly(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_TRUE(StoreHoldsExactly(**store, {1, 2, 3, 4, 5, 6, 7})) << c.name;
+    EXPECT_TRUE(StoreHoldsExactly(**store, c.kept)) << c.name;
   }
+}
+
+// Each table file damaged in a data block (which opening the store does not
+// read), in every column family (chunk_deps included), is named by `verify
+// --all`, which exits 3; damaged together, each is named. (Damage that the
+// open reads, like a file's index, refuses the open naming the file:
+// TableFileBitFlipExitsThree; so does a damaged meta table, whose record
+// every open reads.)
+TEST_F(VerifyCliTest, EveryDamagedTableFileIsNamed) {
+  // A store with delta chunks, so that chunk_deps has a table file: a tensor
+  // that drifts a little per step.
+  const std::string deltas = dir_.Sub("deltas");
+  {
+    StoreOptions options = TestStoreOptions();
+    auto store = Store::Open(deltas, options);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    std::vector<float> values(4096);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
+    for (int64_t step = 1; step <= 4; ++step) {
+      for (size_t i = 0; i < values.size(); i += 64) values[i] += 1.0f;
+      auto writer = (*store)->BeginSnapshot(step);
+      ASSERT_TRUE(writer.ok());
+      TensorView v{1, "param", DType::kFloat32, {static_cast<int64_t>(values.size())}, values.data(),
+                   values.size() * sizeof(float)};
+      ASSERT_TRUE((*writer)->AddTensor(v).ok());
+      ASSERT_TRUE((*writer)->Commit().ok());
+    }
+  }
+  FlushStore(deltas);
+  const auto tables = TableFilesByColumnFamily(deltas);
+  for (const char* cf : {"meta", "snapshots", "tensors", "chunks", "chunk_deps"}) {
+    ASSERT_TRUE(tables.count(cf) && !tables.at(cf).empty()) << "no table file of column family " << cf;
+  }
+  // A block-based table starts with its first data block.
+  constexpr uint64_t kDataBlockOffset = 10;
+  std::vector<std::string> all_damaged;
+  for (const auto& [cf, files] : tables) {
+    const std::string path = dir_.Sub("table_" + cf);
+    CopyDir(deltas, path);
+    FlipByte(fs::path(path) / files[0], kDataBlockOffset);
+    CliRun run = RunCli({"verify", "--all", "--json", path}, dir_.Sub("table_" + cf + ".cli"));
+    EXPECT_EQ(run.exit_code, kExitCorruption) << cf << ": " << run.out << run.err;
+    if (cf == "meta") {
+      // The open reads the meta record: it refuses, naming the file.
+      EXPECT_NE(run.err.find(files[0]), std::string::npos) << run.err;
+      continue;
+    }
+    EXPECT_NE(run.out.find("\"file\": \"" + files[0] + "\""), std::string::npos) << cf << ": " << run.out << run.err;
+    all_damaged.push_back(files[0]);
+  }
+  const std::string path = dir_.Sub("tables_all");
+  CopyDir(deltas, path);
+  for (const std::string& f : all_damaged) FlipByte(fs::path(path) / f, kDataBlockOffset);
+  CliRun run = RunCli({"verify", "--all", path}, dir_.Sub("tables_all.cli"));
+  EXPECT_EQ(run.exit_code, kExitCorruption) << run.err;
+  for (const std::string& f : all_damaged) {
+    EXPECT_NE(run.out.find("store file " + f + ": Corruption"), std::string::npos) << f << ": " << run.out << run.err;
+  }
+}
+
+// `verify --repair` deletes leftover tensor records of a deleted step; the
+// store then verifies clean and every snapshot is intact.
+TEST_F(VerifyCliTest, RepairDeletesLeftoversAndKeepsEverySnapshot) {
+  const std::string path = dir_.Sub("leftovers");
+  CopyDir(base_, path);
+  for (const StepTensor& t : StepTensors(3)) {
+    auto value = RawGet(path, "tensors", internal::EncodeTensorKey(3, t.param_id, "param"));
+    ASSERT_TRUE(value.has_value());
+    RawWrite(path, "tensors", internal::EncodeTensorKey(50, t.param_id, "param"), &*value);
+  }
+  CliRun before = RunCli({"verify", path}, dir_.Sub("leftovers.before"));
+  EXPECT_EQ(before.exit_code, kExitCorruption) << before.err;
+  EXPECT_NE(before.out.find("3 tensor records of step 50, which has no snapshot record"), std::string::npos)
+      << before.out;
+  CliRun repair = RunCli({"verify", "--repair", path}, dir_.Sub("leftovers.repair"));
+  EXPECT_EQ(repair.exit_code, kExitOk) << repair.out << repair.err;
+  EXPECT_NE(repair.out.find("repaired: deleted 3 leftover tensor records of steps 50"), std::string::npos)
+      << repair.out;
+  EXPECT_EQ(RunCli({"verify", path}, dir_.Sub("leftovers.after")).exit_code, kExitOk);
+  auto store = Store::OpenReadOnly(path);
+  ASSERT_TRUE(store.ok());
+  std::vector<int64_t> all;
+  for (int64_t step = 1; step <= kDamageSteps; ++step) all.push_back(step);
+  EXPECT_TRUE(StoreHoldsExactly(**store, all));
+}
+
+// Permission denied is its own error (exit 1 naming the path), not "held by
+// another process": as user nobody, on a store owned by root in a read-only
+// location. Reading it (verify) works there.
+TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
+  const std::string parent = dir_.Sub("readonly");
+  const std::string path = parent + "/store";
+  fs::create_directories(parent);
+  CopyDir(base_, path);
+  // Traversable by everyone; the store directory and its files read-only.
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(parent.c_str(), 0555), 0);
+  for (const auto& e : fs::directory_iterator(path)) ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0555), 0);
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"gc", path}, {"verify", "--repair", path}, {"rollback", "--yes", path, "3"}}) {
+    CliRun run = RunCli(args, dir_.Sub("perm.cli"), kNobody);
+    EXPECT_EQ(run.exit_code, kExitError) << args[0] << ": " << run.err;
+    EXPECT_NE(run.err.find("Permission denied"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find(path), std::string::npos) << run.err;
+    EXPECT_EQ(run.err.find("held by another"), std::string::npos) << run.err;
+  }
+  CliRun verify = RunCli({"verify", path}, dir_.Sub("perm.verify"), kNobody);
+  EXPECT_EQ(verify.exit_code, kExitOk) << verify.err;
+  // A store below a directory nobody may enter: not "does not exist".
+  ASSERT_EQ(::chmod(parent.c_str(), 0700), 0);
+  CliRun hidden = RunCli({"list", path}, dir_.Sub("perm.hidden"), kNobody);
+  EXPECT_EQ(hidden.exit_code, kExitError) << hidden.err;
+  EXPECT_NE(hidden.err.find("Permission denied"), std::string::npos) << hidden.err;
+  ASSERT_EQ(::chmod(parent.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);  // so that the fixture can remove it
 }
 
 }  // namespace
