@@ -316,18 +316,45 @@ Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& option
     // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
     // (reading a blob crashes on a null DB session id). A read-only instance
     // sees the store as of its open; Refresh() reopens it.
+    // The WAL files in the directory. The writer deletes a WAL file after
+    // a flush made it obsolete (after writing the MANIFEST that says so).
+    auto wal_files = [&path]() {
+      std::vector<std::string> names;
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+        if (e.path().extension() == ".log") names.push_back(e.path().filename().string());
+      }
+      std::sort(names.begin(), names.end());
+      return names;
+    };
     rocksdb::Status s;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const std::vector<std::string> before = wal_files();
       rocksdb::DB* db = nullptr;
       out->handles.clear();
       s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &out->handles, &db,
                                        /*error_if_wal_file_exists=*/false);
       if (s.ok()) {
-        out->db = db;
-        return Status::OK();
+        // A WAL file deleted while we opened may have been read from an
+        // older MANIFEST and then not found: a torn view (records without
+        // their chunks). Only a view with every WAL file still there is
+        // whole; otherwise open again.
+        const std::vector<std::string> after = wal_files();
+        if (std::includes(after.begin(), after.end(), before.begin(), before.end())) {
+          out->db = db;
+          return Status::OK();
+        }
+        for (rocksdb::ColumnFamilyHandle* cf : out->handles) db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
+        db->Close().PermitUncheckedError();
+        delete db;
+        out->handles.clear();
+        s = rocksdb::Status::IOError("the writer deleted WAL files during every attempt to open");
+        continue;
       }
-      // The writer may delete an obsolete WAL or table file while we list them.
-      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound()) break;
+      // The writer may delete an obsolete WAL or table file while we list
+      // them (a missing table file reads as Corruption with paranoid checks).
+      const bool missing_file = s.ToString().find("No such file") != std::string::npos;
+      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound() && !missing_file) break;
     }
     return FromRocks(s, "open store " + path + " read-only", path);
   }
