@@ -229,26 +229,46 @@ Status WriteBigStep(Store& store, int64_t step) {
   return ::testing::AssertionSuccess();
 }
 
-// Fills the file system with steps 1, 2, ... until a capture fails; returns
-// that step. The failure must be NoSpace.
-int64_t FillUp(Store& store) {
-  for (int64_t step = 1; step <= 100; ++step) {
+// Fills the file system with 2 MiB snapshots of steps 1, 2, ... until three
+// captures of new steps in a row fail (each with NoSpace); returns the steps
+// the store then lists: those acknowledged, and any failed one that turned
+// out durable (docs/reliability.md, "A failed commit may still be durable"),
+// which must be one of the failed steps. *next = the first unused step.
+std::vector<int64_t> FillUp(Store& store, int64_t* next) {
+  std::vector<int64_t> acknowledged, failed;
+  int64_t step = 1;
+  for (int fails = 0; fails < 3 && step <= 100; ++step) {
     Status s = WriteBigStep(store, step);
-    if (!s.ok()) {
+    if (s.ok()) {
+      acknowledged.push_back(step);
+      fails = 0;
+    } else {
       EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
-      return step;
+      failed.push_back(step);
+      ++fails;
     }
   }
-  ADD_FAILURE() << "the file system never filled up";
-  return 0;
+  EXPECT_LE(step, 100) << "the file system never filled up";
+  *next = step;
+  auto list = store.List();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  std::vector<int64_t> listed;
+  if (!list.ok()) return listed;
+  for (const SnapshotInfo& info : *list) listed.push_back(info.step);
+  for (int64_t s : acknowledged) EXPECT_TRUE(std::count(listed.begin(), listed.end(), s)) << "lost step " << s;
+  for (int64_t s : listed) {
+    EXPECT_TRUE(std::count(acknowledged.begin(), acknowledged.end(), s) || std::count(failed.begin(), failed.end(), s))
+        << "unexpected step " << s;
+  }
+  return listed;
 }
 
-// Issue 18 item 5. On a full file system (a capture just failed with
-// NoSpace, less than a snapshot free) the store deletes snapshots, prunes
-// and collects garbage, gives the space back, and captures again; failed
-// attempts leave no orphan table or blob files. Before the fix (WAL flushed
-// on every writable open, no reserve) the reopen that Delete needs after the
-// failed capture failed with NoSpace, and so did every delete.
+// Issue 18 item 5. On a full file system (captures fail with NoSpace) the
+// store deletes snapshots, rolls back, prunes and collects garbage, gives
+// the space back, and captures again; failed attempts leave no orphan table
+// or blob files. Before the fix (WAL flushed on every writable open, no
+// reserve) the reopen that Delete needs after the failed capture failed with
+// NoSpace, and so did every delete.
 TEST(DiskFullTest, FullTmpfsDeletesPrunesCollectsAndCapturesAgain) {
   TempDir dir;
   TRAINSNAP_MOUNT_TMPFS(tmpfs, dir, "40m");
@@ -257,44 +277,43 @@ TEST(DiskFullTest, FullTmpfsDeletesPrunesCollectsAndCapturesAgain) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Store& store = **opened;
   ASSERT_TRUE(std::filesystem::exists(path + "/SPACE_RESERVE"));
-  const int64_t failed = FillUp(store);
-  ASSERT_GT(failed, 4);
-  // Still full: another capture fails the same way, and changes nothing.
-  Status again = WriteBigStep(store, failed);
-  EXPECT_EQ(again.code(), StatusCode::kNoSpace) << again.ToString();
+  int64_t next = 0;
+  std::vector<int64_t> stored = FillUp(store, &next);
+  ASSERT_GE(stored.size(), 8u);
+  ASSERT_TRUE(HoldsBigSteps(store, stored));
   const uint64_t free_when_full = FreeBytes(tmpfs.path());
-  EXPECT_LT(free_when_full, kBigStepBytes);
   // The chunks the failed captures wrote before running out of space.
   auto before = store.Stats();
   ASSERT_TRUE(before.ok()) << before.status().ToString();
 
-  Status deleted = store.Delete(1);
+  Status deleted = store.Delete(stored.front());
   ASSERT_TRUE(deleted.ok()) << deleted.ToString();
   EXPECT_FALSE(std::filesystem::exists(path + "/SPACE_RESERVE")) << "the delete did not need the reserve?";
-  Status rolled = store.Rollback(failed - 2);  // drops step failed - 1
+  const size_t n = stored.size();
+  Status rolled = store.Rollback(stored[n - 2]);  // drops the last step
   ASSERT_TRUE(rolled.ok()) << rolled.ToString();
   RetentionPolicy keep4;
   keep4.keep_last = 4;
   auto pruned = store.Prune(keep4);
   ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
-  std::vector<int64_t> expect_pruned;
-  for (int64_t k = 2; k < failed - 5; ++k) expect_pruned.push_back(k);
+  // Kept: the 4 steps before the last; pruned: stored[1 .. n - 6].
+  const std::vector<int64_t> expect_pruned(stored.begin() + 1, stored.end() - 5);
+  const std::vector<int64_t> kept(stored.end() - 5, stored.end() - 1);
   EXPECT_EQ(pruned->deleted_steps, expect_pruned);
   auto gc = store.CollectGarbage();
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
-  // Every chunk of steps 1 .. failed - 6 and failed - 1 is garbage (8 chunks
-  // of 256 KiB each), and so are those of the failed captures; the prune
-  // collected them all.
-  EXPECT_EQ(pruned->gc.chunks_deleted, 8u * static_cast<uint64_t>(failed - 5) + before->collectable_chunks);
+  // Every chunk of the n - 4 deleted snapshots is garbage (8 chunks of
+  // 256 KiB each, no two alike), and so are those of the failed captures;
+  // the prune collected them all.
+  EXPECT_EQ(pruned->gc.chunks_deleted, 8u * (n - 4) + before->collectable_chunks);
   EXPECT_EQ(gc->chunks_deleted, 0u);
-  const std::vector<int64_t> kept = {failed - 5, failed - 4, failed - 3, failed - 2};
   EXPECT_TRUE(HoldsBigSteps(store, kept));
   // The space came back: the freed snapshots' bytes, less the re-created
   // reserve.
   const uint64_t free_after_gc = FreeBytes(tmpfs.path());
   EXPECT_GE(free_after_gc, 3 * kBigStepBytes) << "free when full " << free_when_full;
   EXPECT_TRUE(std::filesystem::exists(path + "/SPACE_RESERVE"));
-  Status captured = WriteBigStep(store, failed);
+  Status captured = WriteBigStep(store, next);
   EXPECT_TRUE(captured.ok()) << captured.ToString();
   opened->reset();
 
@@ -303,10 +322,12 @@ TEST(DiskFullTest, FullTmpfsDeletesPrunesCollectsAndCapturesAgain) {
   EXPECT_EQ(orphans.size(), 0u) << "first orphan " << (orphans.empty() ? "" : orphans[0]);
   auto reopened = Store::Open(path, SmallDiskOptions());
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
-  EXPECT_TRUE(HoldsBigSteps(**reopened, {failed - 5, failed - 4, failed - 3, failed - 2, failed}));
-  std::printf("[ disk-full ] tmpfs 40 MiB: NoSpace at step %lld with %llu B free; after delete, rollback, "
+  std::vector<int64_t> final_steps = kept;
+  final_steps.push_back(next);
+  EXPECT_TRUE(HoldsBigSteps(**reopened, final_steps));
+  std::printf("[ disk-full ] tmpfs 40 MiB: %zu steps stored when full (%llu B free); after delete, rollback, "
               "prune, gc: %llu B free, capture OK\n",
-              (long long)failed, (unsigned long long)free_when_full, (unsigned long long)free_after_gc);
+              n, (unsigned long long)free_when_full, (unsigned long long)free_after_gc);
 }
 
 // Issue 18 item 5. A store filled until captures fail, closed and reopened
