@@ -11,6 +11,7 @@
 //              cost: what a snapshot per step must find idle on the cores).
 // Usage: pipeline_bench [width=1024] [layers=4] [steps=20] [runs=3] [dir]
 //                       [--no-compress] [--worker-nice N] [--torch-threads N]
+//                       [--max-unflushed-mib N] [--max-unflushed-commits N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +107,8 @@ int main(int argc, char** argv) {
   bool no_compress = false;
   int worker_nice = trainsnap::StoreOptions().worker_nice;
   int torch_threads = 1;
+  uint64_t max_unflushed_mib = 0;
+  int max_unflushed_commits = 0;
   CLI::App app{"pipeline_bench: the capture pipeline with a snapshot per optimizer step (see bench/README.md)"};
   app.add_option("width", width, "Linear layer width")->check(CLI::PositiveNumber);
   app.add_option("layers", layers, "Linear layers")->check(CLI::PositiveNumber);
@@ -116,12 +119,17 @@ int main(int argc, char** argv) {
   app.add_option("--worker-nice", worker_nice, "StoreOptions::worker_nice")->check(CLI::Range(0, 19));
   app.add_option("--torch-threads", torch_threads, "LibTorch intra-op threads of the training loop")
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-unflushed-mib", max_unflushed_mib, "StoreOptions::max_unflushed_bytes in MiB (0 = default)");
+  app.add_option("--max-unflushed-commits", max_unflushed_commits,
+                 "StoreOptions::max_unflushed_commits (0 = default)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const std::filesystem::path dir = dir_arg;
   torch::set_num_threads(torch_threads);
-  std::printf("width %lld, %d layers, %d steps, %d runs, torch threads %d, compress %s, worker nice %d\n",
+  std::printf("width %lld, %d layers, %d steps, %d runs, torch threads %d, compress %s, worker nice %d, "
+              "max unflushed %llu MiB / %d commits (0 = default)\n",
               static_cast<long long>(width), layers, steps, runs, torch_threads, no_compress ? "off" : "on",
-              worker_nice);
+              worker_nice, static_cast<unsigned long long>(max_unflushed_mib), max_unflushed_commits);
 
   std::vector<double> stall, memcpy_s, ratio, logical_mb_s, stored_mb_s, restore_s, load_s, overhead, step_s,
       flush_s, cpu_s;
@@ -132,6 +140,11 @@ int main(int argc, char** argv) {
     options.sync = false;
     options.compress = !no_compress;
     options.worker_nice = worker_nice;
+    options.max_unflushed_bytes = max_unflushed_mib << 20;
+    options.max_unflushed_commits = max_unflushed_commits;
+    if (options.reserve_bytes != 0 && options.reserve_bytes < 2 * options.max_unflushed_bytes) {
+      options.reserve_bytes = 2 * options.max_unflushed_bytes;
+    }
     auto opened = Store::Open((dir / "store").string(), options);
     Check(opened.status(), "open");
     std::unique_ptr<Store> store = std::move(opened).value();

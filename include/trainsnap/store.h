@@ -70,7 +70,9 @@ struct StoreOptions {
   // Create the store if `path` does not exist. Open fails with NotFound otherwise.
   bool create_if_missing = true;
   // Applied (Prune) after every successful commit when retention.keep_last > 0.
-  // Only the chunks of the pruned snapshots are collected then (no full scan).
+  // Only the chunks of the pruned snapshots are collected then (no full scan);
+  // their disk space is given back (as CollectGarbage does) once they add up
+  // to a quarter of the live chunk bytes.
   // A failure to prune does not fail the commit; the next commit retries.
   RetentionPolicy retention;
   // XOR deltas (docs/format.md, "Delta chunks"): a changed chunk may be
@@ -84,6 +86,20 @@ struct StoreOptions {
   // Host memory for the raw bytes of each tensor's previous version (the
   // delta bases). 0 = 1 GiB. Tensors beyond it are written without deltas.
   size_t delta_base_cache_bytes = 0;
+  // Committed work that may live only in RocksDB's write-ahead log, in bytes
+  // of WAL: past it the store flushes to table and blob files. A damaged WAL
+  // loses at most this much; reopening replays at most this much. 0 = 16 MiB.
+  uint64_t max_unflushed_bytes = 0;
+  // The same bound in commits: after this many, a background flush starts.
+  // 0 = 16.
+  int max_unflushed_commits = 0;
+  // Disk space, in bytes, held in a reserve file (SPACE_RESERVE in the store
+  // directory) so that Delete, Rollback, Prune and CollectGarbage work on a
+  // full disk: released when one of them finds less free space than this,
+  // re-created once twice this much is free. Must be 0 (no reserve) or at
+  // least twice max_unflushed_bytes: giving space back on a full disk
+  // flushes what is unflushed, up to two memtables of that size.
+  uint64_t reserve_bytes = uint64_t{40} << 20;
 };
 
 // 128-bit XXH3 hash of a chunk's raw bytes: the chunk's address.
@@ -205,6 +221,17 @@ struct StoreStats {
   uint64_t sst_bytes = 0;             // RocksDB table files
   uint64_t blob_bytes = 0;            // RocksDB blob files
   uint64_t wal_bytes = 0;             // RocksDB write-ahead log files
+  // Bytes in blob files held by chunk values already deleted, that RocksDB
+  // has accounted as garbage (a compaction dropped their references); the
+  // next garbage collection relocates the live values and frees the file.
+  uint64_t blob_garbage_bytes = 0;
+  // Blob bytes of deleted chunk values whose references no compaction has
+  // dropped yet: blob_bytes minus live values, minus blob_garbage_bytes,
+  // minus file overhead (estimate; 0 when not positive).
+  uint64_t blob_uncompacted_bytes = 0;
+  uint64_t reserve_bytes = 0;         // the reserve file (StoreOptions::reserve_bytes)
+  uint64_t other_bytes = 0;           // MANIFEST, OPTIONS and other files
+  uint64_t disk_bytes = 0;            // every file in the store directory
 };
 
 // Called with (done, total) units of work during long operations. May be empty.
@@ -312,7 +339,11 @@ class Store {
   // Deletes every snapshot with a later step; NotFound if `step` itself is not stored.
   virtual Status Rollback(int64_t step) = 0;
   // Deletes every chunk that no committed snapshot (and no writer in flight)
-  // references. Safe at any crash point.
+  // references, then gives their space back to the file system (flush, and
+  // compaction of the chunk index; live values are rewritten once deleted
+  // ones exceed a quarter of them). Safe at any crash point. Delete,
+  // Rollback, Prune and CollectGarbage also work on a full disk, using the
+  // space of StoreOptions::reserve_bytes.
   virtual Result<GcReport> CollectGarbage(const ProgressFn& progress = {}) = 0;
   // Re-reads and re-hashes every chunk of `step` (or of every snapshot).
   // Problems are reported in the VerifyReport; the Status is for failures to run.
@@ -325,7 +356,8 @@ class Store {
   // deleted steps, and lost commits.
   virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
                                       const ProgressFn& progress = {}) = 0;
-  // Deletes the snapshots `policy` does not keep, then collects garbage.
+  // Deletes the snapshots `policy` does not keep, then collects garbage
+  // (and gives the space back, as CollectGarbage).
   virtual Result<PruneReport> Prune(const RetentionPolicy& policy) = 0;
   virtual Result<StoreStats> Stats(const ProgressFn& progress = {}) = 0;
   // Deletes leftover tensor records of steps that have no snapshot record

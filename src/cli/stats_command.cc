@@ -33,7 +33,6 @@ Status RunStats(const StatsOptions& options) {
   auto dedup = Ratio(s.referenced_bytes, s.chunk_stored_bytes);
   auto compression = Ratio(s.chunk_raw_bytes, s.chunk_stored_bytes);
   auto effective = Ratio(s.logical_bytes, s.chunk_stored_bytes);
-  uint64_t on_disk = s.sst_bytes + s.blob_bytes + s.wal_bytes;
   if (options.json) {
     nlohmann::json doc = JsonDocument("stats");
     doc["store"] = options.store;
@@ -49,7 +48,11 @@ Status RunStats(const StatsOptions& options) {
     doc["sst_bytes"] = s.sst_bytes;
     doc["blob_bytes"] = s.blob_bytes;
     doc["wal_bytes"] = s.wal_bytes;
-    doc["disk_bytes"] = on_disk;
+    doc["blob_garbage_bytes"] = s.blob_garbage_bytes;
+    doc["blob_uncompacted_bytes"] = s.blob_uncompacted_bytes;
+    doc["reserve_bytes"] = s.reserve_bytes;
+    doc["other_bytes"] = s.other_bytes;
+    doc["disk_bytes"] = s.disk_bytes;
     doc["dedup_ratio"] = OptionalJson(dedup);
     doc["compression_ratio"] = OptionalJson(compression);
     doc["effective_ratio"] = OptionalJson(effective);
@@ -74,8 +77,12 @@ Status RunStats(const StatsOptions& options) {
   bytes_row("collectable", s.collectable_bytes);
   bytes_row("RocksDB table files (SST)", s.sst_bytes);
   bytes_row("RocksDB blob files", s.blob_bytes);
-  bytes_row("RocksDB WAL", s.wal_bytes);
-  bytes_row("on disk (SST + blob + WAL)", on_disk);
+  bytes_row("  of which deleted, compacted (gc relocates)", s.blob_garbage_bytes);
+  bytes_row("  of which deleted, not yet compacted (gc)", s.blob_uncompacted_bytes);
+  bytes_row("RocksDB WAL (unflushed commits)", s.wal_bytes);
+  bytes_row("free-space reserve", s.reserve_bytes);
+  bytes_row("other (MANIFEST, OPTIONS, ...)", s.other_bytes);
+  bytes_row("on disk (every file)", s.disk_bytes);
   std::cout << table.Render();
   return Status::OK();
 }

@@ -13,6 +13,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/metadata.h>
@@ -74,6 +77,29 @@ rocksdb::ReadOptions ChunkReadOptions() {
 
 // Chunk deletions are written in batches of this many keys.
 constexpr size_t kGcBatch = 1024;
+
+// Defaults of StoreOptions::max_unflushed_bytes and max_unflushed_commits.
+constexpr uint64_t kDefaultMaxUnflushedBytes = uint64_t{16} << 20;
+constexpr int kDefaultMaxUnflushedCommits = 16;
+// The reserve file (StoreOptions::reserve_bytes). RocksDB ignores files whose
+// names it does not know.
+constexpr char kReserveFile[] = "SPACE_RESERVE";
+// Giving space back relocates the live values of the blob files once the
+// garbage in them exceeds this fraction of the live values: blob files then
+// stay under 1 + kMaxGarbageRatio times the live bytes.
+constexpr double kMaxGarbageRatio = 0.25;
+// Per blob file, RocksDB 7.8 writes a 30-byte header and a 32-byte footer;
+// per value, a 32-byte record header and the key (16 bytes here).
+constexpr uint64_t kBlobFileOverhead = 30 + 32;
+constexpr uint64_t kBlobRecordOverhead = 32 + 16;
+
+// Free bytes for an unprivileged writer on the file system of `path`; nullopt
+// when statvfs fails.
+std::optional<uint64_t> FreeBytes(const std::string& path) {
+  struct statvfs st;
+  if (::statvfs(path.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -142,8 +168,19 @@ rocksdb::DBOptions BaseDbOptions() {
   // Snapshot and tensor records are small: their memtables seldom fill, and a
   // WAL file lives until every CF with data in it is flushed. Bound the WAL
   // (RocksDB's default bound is 4x all memtables, ~2.5 GiB here): past this,
-  // RocksDB flushes the CFs that pin the oldest WAL file.
-  o.max_total_wal_size = uint64_t{256} << 20;
+  // RocksDB flushes the CFs that pin the oldest WAL file. Writable opens use
+  // StoreOptions::max_unflushed_bytes.
+  o.max_total_wal_size = kDefaultMaxUnflushedBytes;
+  // Replay the WAL into memtables instead of flushing it to table and blob
+  // files: a writable open then needs a few KiB (a MANIFEST, an OPTIONS file,
+  // a new WAL), not the size of the unflushed WAL, so a store opens on a
+  // nearly full disk, and a failed open leaves no partial table files behind.
+  // The old WAL files stay until their data is flushed.
+  o.avoid_flush_during_recovery = true;
+  // No preallocation: RocksDB would fallocate each WAL file in blocks of up
+  // to max_total_wal_size (and table files likewise), space that a nearly
+  // full disk lacks and that statvfs counts as used.
+  o.allow_fallocate = false;
   return o;
 }
 
@@ -280,6 +317,14 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     return Status::InvalidArgument(context + ": keyframe_interval " + std::to_string(options.keyframe_interval) +
                                    " is outside 0.." + std::to_string(kMaxDeltaDepth));
   }
+  if (options.max_unflushed_commits < 0) {
+    return Status::InvalidArgument(context + ": max_unflushed_commits must be >= 0");
+  }
+  const uint64_t unflushed = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
+  if (options.reserve_bytes != 0 && options.reserve_bytes < 2 * unflushed) {
+    return Status::InvalidArgument(context + ": reserve_bytes " + std::to_string(options.reserve_bytes) +
+                                   " must be 0 or at least twice max_unflushed_bytes " + std::to_string(unflushed));
+  }
   if (options.delta_reference != DeltaReference::kKeyframe && options.delta_reference != DeltaReference::kParent) {
     return Status::InvalidArgument(context + ": unknown delta_reference " +
                                    std::to_string(static_cast<int>(options.delta_reference)));
@@ -317,7 +362,14 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   store->delta_bases_.SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
                                                                : kDefaultDeltaBaseCacheBytes);
   store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, store->options_, /*read_only=*/false, env));
+  Status opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+  if (opened.code() == StatusCode::kNoSpace) {
+    // Even the few KiB an open writes did not fit: this is what the reserve
+    // file is for (the open comes before any delete).
+    std::error_code ec;
+    if (fs::remove(fs::path(path) / kReserveFile, ec)) opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+  }
+  TRAINSNAP_RETURN_IF_ERROR(opened);
   if (options.worker_nice > 0) {
     Status s = LowerPoolPriority(*store->pool_, static_cast<size_t>(store->threads_), options.worker_nice);
     if (!s.ok()) return s.WithContext(context + ": lower the worker threads' priority");
@@ -339,6 +391,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   if (!s.ok()) return s.WithContext(context);
   s = store->WarmChunkSizes();
   if (!s.ok()) return s.WithContext(context);
+  store->RestoreReserve();
   return std::unique_ptr<Store>(std::move(store));
 }
 
@@ -439,23 +492,51 @@ Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& option
     // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
     // (reading a blob crashes on a null DB session id). A read-only instance
     // sees the store as of its open; Refresh() reopens it.
+    // The WAL files in the directory. The writer deletes a WAL file after
+    // a flush made it obsolete (after writing the MANIFEST that says so).
+    auto wal_files = [&path]() {
+      std::vector<std::string> names;
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+        if (e.path().extension() == ".log") names.push_back(e.path().filename().string());
+      }
+      std::sort(names.begin(), names.end());
+      return names;
+    };
     rocksdb::Status s;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const std::vector<std::string> before = wal_files();
       rocksdb::DB* db = nullptr;
       out->handles.clear();
       s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &out->handles, &db,
                                        /*error_if_wal_file_exists=*/false);
       if (s.ok()) {
-        out->db = db;
-        return Status::OK();
+        // A WAL file deleted while we opened may have been read from an
+        // older MANIFEST and then not found: a torn view (records without
+        // their chunks). Only a view with every WAL file still there is
+        // whole; otherwise open again.
+        const std::vector<std::string> after = wal_files();
+        if (std::includes(after.begin(), after.end(), before.begin(), before.end())) {
+          out->db = db;
+          return Status::OK();
+        }
+        for (rocksdb::ColumnFamilyHandle* cf : out->handles) db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
+        db->Close().PermitUncheckedError();
+        delete db;
+        out->handles.clear();
+        s = rocksdb::Status::IOError("the writer deleted WAL files during every attempt to open");
+        continue;
       }
-      // The writer may delete an obsolete WAL or table file while we list them.
-      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound()) break;
+      // The writer may delete an obsolete WAL or table file while we list
+      // them (a missing table file reads as Corruption with paranoid checks).
+      const bool missing_file = s.ToString().find("No such file") != std::string::npos;
+      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound() && !missing_file) break;
     }
     return FromRocks(s, "open store " + path + " read-only", path);
   }
   db_options.create_if_missing = options.create_if_missing;
   db_options.create_missing_column_families = true;
+  db_options.max_total_wal_size = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
   rocksdb::OptimisticTransactionDB* db = nullptr;
   rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, path, cfs, &out->handles, &db);
   if (!s.ok()) return FromRocks(s, "open store " + path, path);
@@ -763,6 +844,118 @@ Status RocksStore::CheckWrite(const rocksdb::Status& s, std::string_view context
 Status RocksStore::CheckWritable(std::string_view what) const {
   if (read_only_) return Status::NotSupported(std::string(what) + ": store " + path_ + " is open read-only");
   return Status::OK();
+}
+
+// --- disk space ------------------------------------------------------------------
+
+void RocksStore::RestoreReserve() {
+  if (read_only_ || options_.reserve_bytes == 0) return;
+  const fs::path file = fs::path(path_) / kReserveFile;
+  std::error_code ec;
+  if (fs::exists(file, ec)) {
+    reserve_present_ = true;
+    return;
+  }
+  // Only with room to spare: the space a caller just freed goes to the next
+  // snapshot first.
+  const std::optional<uint64_t> free = FreeBytes(path_);
+  if (!free || *free < 2 * options_.reserve_bytes) return;
+  // Written under a temporary name and renamed: a crash never leaves a short
+  // reserve file that looks complete.
+  const std::string tmp = file.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  bool ok = ::posix_fallocate(fd, 0, static_cast<off_t>(options_.reserve_bytes)) == 0 && ::fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  if (ok) ok = ::rename(tmp.c_str(), file.c_str()) == 0;
+  if (!ok) ::unlink(tmp.c_str());
+  reserve_present_ = ok;
+}
+
+bool RocksStore::ReleaseReserve() {
+  if (read_only_ || !reserve_present_) return false;
+  reserve_present_ = false;
+  std::error_code ec;
+  return fs::remove(fs::path(path_) / kReserveFile, ec);
+}
+
+void RocksStore::UseReserveIfFull() {
+  if (!reserve_present_) return;
+  const std::optional<uint64_t> free = FreeBytes(path_);
+  if (free && *free >= options_.reserve_bytes) return;
+  ReleaseReserve();
+}
+
+Status RocksStore::ReclaimSpace() {
+  // Flushing drops deleted values that are still in a memtable (they are
+  // never written to a blob file) and lets the WAL files that hold them go.
+  rocksdb::FlushOptions flush;
+  flush.allow_write_stall = true;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Flush(flush, handles_), "flush"));
+  // Compacting the chunks' keys drops the references of deleted values:
+  // RocksDB counts them as garbage of their blob files and deletes a blob
+  // file once all of it is garbage. Only the keys are rewritten (small).
+  rocksdb::CompactRangeOptions compact;
+  compact.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kDisable;
+  compact.allow_write_stall = true;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->CompactRange(compact, chunks_cf_, nullptr, nullptr), "compact chunks"));
+  // The blob files that still hold live values keep their garbage until the
+  // live values are relocated (rewritten). Done once the garbage exceeds
+  // kMaxGarbageRatio of the live values, oldest files first, as many as the
+  // free space allows.
+  rocksdb::ColumnFamilyMetaData meta;
+  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
+  std::vector<const rocksdb::BlobMetaData*> files;
+  uint64_t live = 0, garbage = 0;
+  for (const rocksdb::BlobMetaData& b : meta.blob_files) {
+    files.push_back(&b);
+    live += b.total_blob_bytes - b.garbage_blob_bytes;
+    garbage += b.garbage_blob_bytes;
+  }
+  live_blob_bytes_ = live;
+  deleted_since_reclaim_ = 0;
+  if (garbage == 0 || static_cast<double>(garbage) <= kMaxGarbageRatio * static_cast<double>(live)) {
+    return Status::OK();
+  }
+  std::sort(files.begin(), files.end(), [](const rocksdb::BlobMetaData* a, const rocksdb::BlobMetaData* b) {
+    return a->blob_file_number < b->blob_file_number;
+  });
+  // RocksDB relocates from the oldest floor(cutoff * files) blob files.
+  const std::optional<uint64_t> free = FreeBytes(path_);
+  uint64_t budget = free ? *free : 0;
+  size_t oldest = 0;
+  for (; oldest < files.size(); ++oldest) {
+    const uint64_t relocated = files[oldest]->total_blob_bytes - files[oldest]->garbage_blob_bytes;
+    if (relocated > budget) break;
+    budget -= relocated;
+  }
+  if (oldest == 0) return Status::OK();
+  compact.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+  compact.blob_garbage_collection_age_cutoff =
+      oldest == files.size() ? 1.0 : (static_cast<double>(oldest) + 0.5) / static_cast<double>(files.size());
+  // Relocation happens where a compaction reads the keys: also those
+  // already in the last level.
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->CompactRange(compact, chunks_cf_, nullptr, nullptr), "relocate blobs"));
+  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
+  live = 0;
+  for (const rocksdb::BlobMetaData& b : meta.blob_files) live += b.total_blob_bytes - b.garbage_blob_bytes;
+  live_blob_bytes_ = live;
+  return Status::OK();
+}
+
+Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock) {
+  Status s = ReclaimSpace();
+  if (s.code() == StatusCode::kNoSpace && ReleaseReserve()) {
+    // The failed flush or compaction stopped the database's writes: reopen.
+    view_lock->unlock();
+    s = PrepareWrite();
+    if (s.ok()) s = AcquireView(view_lock);
+    if (s.ok() && txn_db_ == nullptr) s = recovery_error_;
+    if (s.ok()) s = ReclaimSpace();
+  }
+  RestoreReserve();
+  return s.WithContext("give space back");
 }
 
 // --- reading -------------------------------------------------------------------
@@ -1177,12 +1370,36 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
+  // The snapshot is committed whatever happens below: a failed prune, flush
+  // or reclaim is retried after a later commit, and must not report the
+  // commit failed.
+  bool flushed = false;
   // Retention collects garbage: not while a loss is unacknowledged.
   if (retention_.keep_last > 0 && !lost_commits()) {
-    // The snapshot is committed whatever happens here: a failed prune is
-    // retried after the next commit, and must not report the commit failed.
-    static_cast<void>(PruneLocked(retention_, /*full_gc=*/false));
+    auto pruned = PruneLocked(retention_, /*full_gc=*/false);
+    if (pruned.ok()) deleted_since_reclaim_ += pruned->gc.bytes_deleted;
+    // Bounded garbage: the blob files stay within 1 + kMaxGarbageRatio of
+    // the live values, plus what was deleted since the last reclaim.
+    if (deleted_since_reclaim_ > 0 &&
+        static_cast<double>(deleted_since_reclaim_) >= kMaxGarbageRatio * static_cast<double>(live_blob_bytes_)) {
+      static_cast<void>(ReclaimSpace());
+      flushed = true;
+    }
   }
+  const int max_commits =
+      options_.max_unflushed_commits > 0 ? options_.max_unflushed_commits : kDefaultMaxUnflushedCommits;
+  if (flushed) {
+    commits_since_flush_ = 0;
+  } else if (++commits_since_flush_ >= max_commits) {
+    // Bounds the commits that live only in the WAL; in the background, so
+    // the commit does not wait for it.
+    commits_since_flush_ = 0;
+    rocksdb::FlushOptions flush;
+    flush.wait = false;
+    flush.allow_write_stall = true;
+    static_cast<void>(CheckWrite(db_->Flush(flush, handles_), "flush"));
+  }
+  if (!reserve_present_) RestoreReserve();
   return info;
 }
 
@@ -1265,29 +1482,43 @@ Status RocksStore::Delete(int64_t step) {
   const std::string context = "delete " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
   std::lock_guard<std::mutex> lock(commit_mu_);
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
-  return DeleteSteps({step}, nullptr).WithContext(context);
+  UseReserveIfFull();
+  auto attempt = [&]() -> Status {
+    TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+    std::shared_lock<std::shared_mutex> view_lock;
+    TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+    TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
+    return DeleteSteps({step}, nullptr).WithContext(context);
+  };
+  // A failed delete changed nothing: with the reserve's space, try again.
+  Status s = attempt();
+  if (s.code() == StatusCode::kNoSpace && ReleaseReserve()) s = attempt();
+  return s;
 }
 
 Status RocksStore::Rollback(int64_t step) {
   const std::string context = "rollback to " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
   std::lock_guard<std::mutex> lock(commit_mu_);
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
-  auto steps = ListSteps();
-  if (!steps.ok()) return steps.status().WithContext(context);
-  std::vector<int64_t> later;
-  for (int64_t s : *steps) {
-    if (s > step) later.push_back(s);
-  }
-  if (later.empty()) return Status::OK();
-  return DeleteSteps(later, nullptr).WithContext(context);
+  UseReserveIfFull();
+  auto attempt = [&]() -> Status {
+    TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+    std::shared_lock<std::shared_mutex> view_lock;
+    TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+    TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context));
+    auto steps = ListSteps();
+    if (!steps.ok()) return steps.status().WithContext(context);
+    std::vector<int64_t> later;
+    for (int64_t s : *steps) {
+      if (s > step) later.push_back(s);
+    }
+    if (later.empty()) return Status::OK();
+    return DeleteSteps(later, nullptr).WithContext(context);
+  };
+  // A failed rollback changed nothing: with the reserve's space, try again.
+  Status s = attempt();
+  if (s.code() == StatusCode::kNoSpace && ReleaseReserve()) s = attempt();
+  return s;
 }
 
 Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live) {
@@ -1419,10 +1650,23 @@ Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("collect garbage"));
   TRAINSNAP_RETURN_IF_ERROR(CheckNoLostCommits("collect garbage in " + path_));
   std::lock_guard<std::mutex> lock(commit_mu_);
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("collect garbage"));
+  UseReserveIfFull();
   std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  auto report = CollectGarbageLocked(progress);
+  auto attempt = [&]() -> Result<GcReport> {
+    TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("collect garbage"));
+    TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+    return CollectGarbageLocked(progress);
+  };
+  // What a failed collection deleted was garbage: collecting again is safe.
+  auto report = attempt();
+  if (!report.ok() && report.status().code() == StatusCode::kNoSpace && ReleaseReserve()) {
+    if (view_lock.owns_lock()) view_lock.unlock();
+    report = attempt();
+  }
+  if (report.ok()) {
+    Status s = GiveSpaceBack(&view_lock);
+    if (!s.ok()) report = s;
+  }
   if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
   return report;
 }
@@ -1490,10 +1734,15 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
   }
   TRAINSNAP_RETURN_IF_ERROR(CheckNoLostCommits("prune " + path_));
   std::lock_guard<std::mutex> lock(commit_mu_);
+  UseReserveIfFull();
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext("prune"));
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto report = PruneLocked(policy, /*full_gc=*/true);
+  if (report.ok()) {
+    Status s = GiveSpaceBack(&view_lock);
+    if (!s.ok()) report = s;
+  }
   if (!report.ok()) return report.status().WithContext("prune " + path_);
   return report;
 }
@@ -1785,6 +2034,7 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
   if (!s.ok()) return s.WithContext(context);
   uint64_t estimate = 0;
   db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
+  uint64_t blob_values = 0;  // bytes the stored chunk values take in blob files (with record headers)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
@@ -1793,6 +2043,7 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
     if (progress) progress(stats.chunks, std::max(estimate, stats.chunks));
     const std::string_view value(it->value().data(), it->value().size());
     stats.chunk_stored_bytes += value.size();
+    if (value.size() >= kMinBlobBytes) blob_values += value.size() + kBlobRecordOverhead;
     auto header = ParseChunkHeader(value);
     if (header.ok()) stats.chunk_raw_bytes += header->raw_bytes;
     if (!live.count(*hash)) {
@@ -1801,17 +2052,35 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
     }
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan chunks"));
+  rocksdb::ColumnFamilyMetaData meta;
+  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
+  for (const rocksdb::BlobMetaData& b : meta.blob_files) stats.blob_garbage_bytes += b.garbage_blob_bytes;
+  uint64_t blob_files = 0;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
     std::error_code size_ec;
     const uint64_t size = e.is_regular_file(size_ec) ? e.file_size(size_ec) : 0;
     if (size_ec) continue;  // a file RocksDB removed while we listed
+    stats.disk_bytes += size;
     const std::string ext = e.path().extension().string();
-    if (ext == ".sst") stats.sst_bytes += size;
-    else if (ext == ".blob") stats.blob_bytes += size;
-    else if (ext == ".log") stats.wal_bytes += size;
+    if (ext == ".sst") {
+      stats.sst_bytes += size;
+    } else if (ext == ".blob") {
+      stats.blob_bytes += size;
+      ++blob_files;
+    } else if (ext == ".log") {
+      stats.wal_bytes += size;
+    } else if (e.path().filename() == kReserveFile) {
+      stats.reserve_bytes += size;
+    } else {
+      stats.other_bytes += size;
+    }
   }
   if (ec) return Status::IOError(context + ": list " + path_ + ": " + ec.message());
+  // Chunk values still in a memtable (not yet flushed) count as in blob
+  // files here, so this is a lower bound.
+  const uint64_t accounted = blob_files * kBlobFileOverhead + blob_values + stats.blob_garbage_bytes;
+  stats.blob_uncompacted_bytes = stats.blob_bytes > accounted ? stats.blob_bytes - accounted : 0;
   return stats;
 }
 

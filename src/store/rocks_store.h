@@ -152,6 +152,23 @@ class RocksStore final : public Store {
   // is not. A store whose creation stopped before its meta record was
   // written (our column families, all empty) passes: the open completes it.
   static Status CheckExistingStore(const std::string& path, const StoreOptions& options, rocksdb::Env* env);
+  // --- disk space (callers hold commit_mu_) ---------------------------------
+  // Creates the reserve file (StoreOptions::reserve_bytes) when it is missing
+  // and twice its size is free. Best effort: a full disk just leaves it out.
+  void RestoreReserve();
+  // Deletes the reserve file; true when there was one to delete.
+  bool ReleaseReserve();
+  // Before an operation that frees space: releases the reserve when less
+  // than its size is free, so that the operation's writes fit.
+  void UseReserveIfFull();
+  // Gives the space of deleted chunks back to the file system: flushes the
+  // memtables, compacts the chunks' keys (blob files holding only deleted
+  // values go) and relocates live values once the garbage in blob files
+  // exceeds kMaxGarbageRatio of them. Caller holds a view.
+  Status ReclaimSpace();
+  // ReclaimSpace; on NoSpace, once more with the reserve's space (reopening
+  // the database, which the failure stopped). Restores the reserve after.
+  Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock);
   Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
@@ -247,6 +264,11 @@ class RocksStore final : public Store {
   std::mutex lost_mu_;
   std::optional<LostCommits> lost_;  // guarded by lost_mu_
   StoreOptions options_;   // as opened; for reopening after a failure
+  // Guarded by commit_mu_ (set once at open before any other thread runs).
+  bool reserve_present_ = false;     // the reserve file exists
+  int commits_since_flush_ = 0;      // commits since the last flush this store asked for
+  uint64_t live_blob_bytes_ = 0;     // live blob values after the last ReclaimSpace
+  uint64_t deleted_since_reclaim_ = 0;  // chunk bytes retention deleted since then
 };
 
 }  // namespace trainsnap::internal

@@ -38,7 +38,11 @@ TEST_F(StatsCommandTest, JsonMatchesTheLibraryAndCountsCollectableBytes) {
   EXPECT_EQ(doc["logical_bytes"], 4096);
   EXPECT_EQ(doc["sst_bytes"], stats->sst_bytes);
   EXPECT_EQ(doc["blob_bytes"], stats->blob_bytes);
-  EXPECT_EQ(doc["disk_bytes"], stats->sst_bytes + stats->blob_bytes + stats->wal_bytes);
+  EXPECT_EQ(doc["disk_bytes"], stats->disk_bytes);
+  EXPECT_EQ(stats->disk_bytes, stats->sst_bytes + stats->blob_bytes + stats->wal_bytes + stats->reserve_bytes +
+                                   stats->other_bytes);
+  EXPECT_EQ(doc["reserve_bytes"], stats->reserve_bytes);
+  EXPECT_EQ(doc["blob_garbage_bytes"], stats->blob_garbage_bytes);
   EXPECT_DOUBLE_EQ(doc["compression_ratio"].get<double>(), 8192.0 / stats->chunk_stored_bytes);
 
   CliRun human = RunCli({"stats", StorePath()});

@@ -340,9 +340,17 @@ TEST(RocksStoreTest, ReopenKeepsEverything) {
   EXPECT_EQ(stats->chunk_stored_bytes, infos[0].new_bytes);
   EXPECT_EQ(stats->logical_bytes, 2 * a.size() * 4 + 2 * b.size() * 4);
   EXPECT_EQ(stats->referenced_bytes, infos[0].stored_bytes + infos[1].stored_bytes + third->stored_bytes);
-  // Reopening flushed the recovered memtable: the large chunks are in blob files.
+  // Reopening replays the WAL without flushing it (a full disk must not
+  // stop an open): the chunks are still only in the WAL.
+  EXPECT_EQ(stats->blob_bytes, 0u);
+  EXPECT_GE(stats->wal_bytes, infos[0].new_bytes);
+  // gc gives space back by flushing: the large chunks go to blob files.
+  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
   EXPECT_GE(stats->blob_bytes, infos[0].new_bytes - (16 + 40));  // all but b's 56-byte raw chunk
   EXPECT_GT(stats->sst_bytes, 0u);
+  EXPECT_EQ(stats->wal_bytes, 0u);
 }
 
 TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
