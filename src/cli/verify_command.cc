@@ -135,8 +135,12 @@ Status RunVerify(const VerifyOptions& options) {
     if (report.ok()) {
       std::cout << "OK\n";
     } else {
-      std::cout << report.problems.size() << " problems: " << store_problems << " in the store's files, "
-                << report.problems.size() - store_problems << " in " << bad_steps.size() << " snapshots\n";
+      if (store_problems == 0) {
+        std::cout << report.problems.size() << " problems in " << bad_steps.size() << " snapshots\n";
+      } else {
+        std::cout << report.problems.size() << " problems: " << store_problems << " in the store's files, "
+                  << report.problems.size() - store_problems << " in " << bad_steps.size() << " snapshots\n";
+      }
       for (const VerifyProblem& p : report.problems) {
         if (p.store) std::cout << "store" << (p.file.empty() ? "" : " file " + p.file) << ": " << p.status.ToString() << "\n";
       }
