@@ -3,9 +3,8 @@
 
 Usage: load_torch_export.py FILE MODULE OUT
 
-torch.load(FILE, weights_only=True) must give a plain dict of tensors
-(weights_only refuses anything else, e.g. a TorchScript archive), without a
-warning, and MODULE's load_state_dict(strict=True) must take it as is.
+torch.load(FILE) must give a plain dict of tensors (not a TorchScript
+module), without a warning, and MODULE's load_state_dict(strict=True) must take it as is.
 MODULE is "generator" or "discriminator", the modules of
 tests/cli/checkpointer_store_test.cc written with torch.nn. Writes the
 loaded module's state_dict tensors' bytes, keys in sorted order, to OUT for
@@ -30,7 +29,7 @@ def main():
     path, module_name, out = sys.argv[1:4]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loaded = torch.load(path, weights_only=True)
+        loaded = torch.load(path)
     if caught:
         raise SystemExit("torch.load warned: " + "; ".join(str(w.message) for w in caught))
     if type(loaded) is not dict:
