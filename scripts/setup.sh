@@ -8,7 +8,7 @@ PACKAGES=(
   librocksdb-dev libzstd-dev libxxhash-dev libboost-dev
   libtorch-dev libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libcli11-dev nlohmann-json3-dev libfmt-dev
-  python3 python3-numpy gnuplot-nox zstd
+  python3 python3-numpy python3-torch gnuplot-nox zstd
   clang-14 libclang-rt-14-dev
 )
 

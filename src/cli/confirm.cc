@@ -9,11 +9,14 @@
 
 namespace trainsnap::cli {
 
+Status CanConfirm(bool assume_yes) {
+  if (assume_yes || isatty(STDIN_FILENO) == 1) return Status::OK();
+  return Status::InvalidArgument("confirmation required but stdin is not a terminal; pass --yes");
+}
+
 Status Confirm(const std::string& question, bool assume_yes) {
   if (assume_yes) return Status::OK();
-  if (isatty(STDIN_FILENO) != 1) {
-    return Status::InvalidArgument("confirmation required but stdin is not a terminal; pass --yes");
-  }
+  TRAINSNAP_RETURN_IF_ERROR(CanConfirm(assume_yes));
   std::fprintf(stderr, "%s [y/N] ", question.c_str());
   std::fflush(stderr);
   std::string answer;

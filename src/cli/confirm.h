@@ -12,5 +12,8 @@ namespace trainsnap::cli {
 // (a script, a pipe) it refuses with InvalidArgument (exit code 2) asking for
 // --yes, so that nothing is ever deleted unconfirmed.
 Status Confirm(const std::string& question, bool assume_yes);
+// What Confirm returns without asking: OK when `assume_yes` or stdin is a
+// terminal, its InvalidArgument otherwise. Checked before a preview is shown.
+Status CanConfirm(bool assume_yes);
 
 }  // namespace trainsnap::cli

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/human_format.h"
 #include "cli/json_output.h"
@@ -307,8 +308,8 @@ Command AddDiffCommand(CLI::App& parent) {
   app->footer("Per parameter and role: fraction of changed chunks, max absolute difference and "
               "relative L2 change ||B-A||/||A|| (in float64); and contract differences.");
   app->add_option("store", options->store, "Path of the store")->required();
-  app->add_option("a", options->a, "First snapshot step")->required();
-  app->add_option("b", options->b, "Second snapshot step")->required();
+  app->add_option("a", options->a, "First snapshot step")->required()->check(StepValidator());
+  app->add_option("b", options->b, "Second snapshot step")->required()->check(StepValidator());
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.diff/1, docs/cli.md)");
   return {app, [options] { return RunDiff(*options); }};
 }

@@ -1,6 +1,8 @@
-// Exit codes of the `trainsnap` tool: part of its documented interface
-// (docs/cli.md). Append only.
+// Exit codes of the `trainsnap` tool and its one-line error messages: part of
+// its documented interface (docs/cli.md, "Exit codes"). Append only.
 #pragma once
+
+#include <string>
 
 #include "trainsnap/status.h"
 
@@ -15,7 +17,15 @@ enum class ExitCode : int {
   kBusy = 5,        // another process holds the store for writing
 };
 
-// The exit code for a command's final status.
+// The exit code for a command's final status: the only mapping the tool
+// uses, one code per StatusCode (the table in docs/cli.md).
 ExitCode ExitCodeFor(const Status& status);
+
+// The line printed on stderr for a failed command:
+// "trainsnap COMMAND: message" (no command: "trainsnap: message"). Line
+// breaks become spaces, a leading context equal to the command's name is
+// dropped (main() already names the command) and a context repeated back
+// to back is shown once, so no layer's context appears twice in a row.
+std::string ErrorLine(const std::string& command, const Status& status);
 
 }  // namespace trainsnap::cli

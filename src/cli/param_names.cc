@@ -24,6 +24,7 @@ ManifestView ManifestView::Parse(const std::string& bytes) {
   for (const auto& tensor : manifest->model_tensors()) {
     view.names_[tensor.id()].assign(tensor.names().begin(), tensor.names().end());
   }
+  view.models_.assign(manifest->models().begin(), manifest->models().end());
   view.manifest_ = std::move(manifest);
   return view;
 }
@@ -38,6 +39,28 @@ const std::vector<std::string>& ManifestView::Names(uint64_t id) const {
   static const std::vector<std::string> kNone;
   auto it = names_.find(id);
   return it == names_.end() ? kNone : it->second;
+}
+
+}  // namespace trainsnap::cli
+
+namespace trainsnap::cli {
+
+std::vector<std::string> ManifestView::NamesInModel(uint64_t id, const std::string& model) const {
+  std::vector<std::string> out;
+  for (const std::string& name : Names(id)) {
+    if (!model.empty()) {
+      // Qualified names of a named model are "<model>/<module name>" (capture/contract.cc).
+      const std::string prefix = model + "/";
+      if (name.compare(0, prefix.size(), prefix) == 0) out.push_back(name.substr(prefix.size()));
+      continue;
+    }
+    bool other_model = false;
+    for (const std::string& key : models_) {
+      other_model = other_model || (!key.empty() && name.compare(0, key.size() + 1, key + "/") == 0);
+    }
+    if (!other_model) out.push_back(name);
+  }
+  return out;
 }
 
 }  // namespace trainsnap::cli

@@ -31,12 +31,20 @@ class ManifestView {
   // Every qualified name (tied parameters have several); empty if unknown.
   const std::vector<std::string>& Names(uint64_t id) const;
   bool Knows(uint64_t id) const { return names_.count(id) > 0; }
+  // The model keys the snapshot captured (TrainingManifest::models; "" is
+  // TrainingState::model). Empty without a manifest.
+  const std::vector<std::string>& models() const { return models_; }
+  // The names of `id` inside model `model`, as that module names them: a
+  // named model's "<model>/" prefix removed. Every such name (tied
+  // parameters have several); empty when `id` is not in that model.
+  std::vector<std::string> NamesInModel(uint64_t id, const std::string& model) const;
 
  private:
   ManifestView();
   std::unique_ptr<proto::TrainingManifest> manifest_;
   std::string error_;
   std::map<uint64_t, std::vector<std::string>> names_;
+  std::vector<std::string> models_;
 };
 
 }  // namespace trainsnap::cli

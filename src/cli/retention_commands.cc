@@ -1,16 +1,20 @@
 // The commands that delete: rollback, delete, prune, gc. Each reports the
 // bytes its garbage collection reclaimed; rollback, delete and prune take
 // --dry-run (a read-only preview that also works while a trainer writes).
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/confirm.h"
 #include "cli/human_format.h"
 #include "cli/json_output.h"
 #include "cli/progress_bar.h"
+#include "cli/standard_output.h"
 #include "cli/retention_plan.h"
 #include "cli/store_access.h"
 #include "cli/table.h"
@@ -44,10 +48,19 @@ std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
   return steps;
 }
 
-// The human preview: what goes, what it frees.
-void PrintPlan(const std::string& verb, const DeletionPlan& plan) {
+// "2 snapshots (steps 5, 6)", "1 snapshot (step 3)".
+std::string Snapshots(const std::vector<int64_t>& steps) {
+  if (steps.empty()) return "0 snapshots";
+  return std::to_string(steps.size()) + (steps.size() == 1 ? " snapshot (step " : " snapshots (steps ") +
+         StepList(steps) + ")";
+}
+
+// The human preview: what would go, what it would free. `out` is stdout
+// for a dry run, stderr before a confirmation prompt (stdout then carries
+// only the result, which may be JSON).
+void PrintPlan(std::ostream& out, const DeletionPlan& plan) {
   if (plan.deleted.empty()) {
-    std::cout << "nothing to delete; " << plan.kept << " snapshots kept\n";
+    out << "nothing to delete; " << plan.kept << " snapshots kept\n";
     return;
   }
   uint64_t logical = 0;
@@ -58,11 +71,15 @@ void PrintPlan(const std::string& verb, const DeletionPlan& plan) {
     table.AddRow({std::to_string(info.step), HumanTime(info.created_unix_ms), std::to_string(info.tensors),
                   HumanBytes(info.logical_bytes), HumanBytes(info.new_bytes)});
   }
-  std::cout << verb << " " << plan.deleted.size() << " snapshots (" << HumanBytes(logical) << " logical), keep "
-            << plan.kept << "; frees " << HumanBytes(plan.reclaimable_bytes) << " in " << plan.reclaimable_chunks
-            << " chunks (plus chunks already unreferenced)\n";
-  std::cout << table.Render();
-  std::cout.flush();
+  out << "would delete " << plan.deleted.size() << " snapshots (" << HumanBytes(logical) << " logical), keep "
+      << plan.kept << "; frees " << HumanBytes(plan.reclaimable_bytes) << " (" << plan.reclaimable_bytes
+      << " bytes) in " << plan.reclaimable_chunks << " chunks";
+  if (plan.unreferenced_chunks > 0) {
+    out << ", plus " << HumanBytes(plan.unreferenced_bytes) << " (" << plan.unreferenced_bytes << " bytes) in "
+        << plan.unreferenced_chunks << " chunks already unreferenced";
+  }
+  out << "\n" << table.Render();
+  out.flush();
 }
 
 nlohmann::json PlanJson(const std::string& command, const DeleteOptions& options, const DeletionPlan& plan) {
@@ -73,30 +90,65 @@ nlohmann::json PlanJson(const std::string& command, const DeleteOptions& options
   doc["kept"] = plan.kept;
   doc["reclaimable_chunks"] = plan.reclaimable_chunks;
   doc["reclaimable_bytes"] = plan.reclaimable_bytes;
+  doc["unreferenced_chunks"] = plan.unreferenced_chunks;
+  doc["unreferenced_bytes"] = plan.unreferenced_bytes;
   doc["gc"] = nullptr;
   doc["bytes_reclaimed"] = 0;
   return doc;
 }
 
-// Prints the result of a deletion followed by garbage collection.
-void PrintDone(const DeleteOptions& options, nlohmann::json doc, const std::vector<int64_t>& deleted,
-               const GcReport& gc) {
+Status PrintPreview(const DeleteOptions& options, const nlohmann::json& doc, const DeletionPlan& plan) {
+  if (options.json) {
+    PrintJson(doc);
+  } else {
+    PrintPlan(std::cout, plan);
+  }
+  return Status::OK();  // main() checks that stdout was written
+}
+
+// Prints the result of a deletion followed by garbage collection. The
+// deletion happened whatever this returns: a report that could not be
+// written is an error that says so (exit 1), never a silent success.
+Status PrintDone(const DeleteOptions& options, nlohmann::json doc, std::vector<int64_t> deleted, const GcReport& gc) {
+  std::sort(deleted.begin(), deleted.end());
   if (options.json) {
     doc["deleted_steps"] = deleted;
     doc["gc"] = GcReportJson(gc);
     doc["bytes_reclaimed"] = gc.bytes_deleted;
     PrintJson(doc);
-    return;
+  } else {
+    std::cout << "deleted " << deleted.size() << " snapshots"
+              << (deleted.empty() ? "" : " (" + StepList(deleted) + ")") << "; garbage collection reclaimed "
+              << HumanBytes(gc.bytes_deleted) << " (" << gc.bytes_deleted << " bytes) in " << gc.chunks_deleted
+              << " chunks; " << gc.chunks_live << " chunks live\n";
   }
-  std::cout << "deleted " << deleted.size() << " snapshots" << (deleted.empty() ? "" : " (" + StepList(deleted) + ")")
-            << "; garbage collection reclaimed " << HumanBytes(gc.bytes_deleted) << " (" << gc.bytes_deleted
-            << " bytes) in " << gc.chunks_deleted << " chunks; " << gc.chunks_live << " chunks live\n";
+  return FlushStdout().WithContext("deleted " + Snapshots(deleted) + " and reclaimed " +
+                                   std::to_string(gc.bytes_deleted) + " bytes, but the report was not written");
 }
 
-Result<GcReport> CollectWithProgress(Store& store) {
+// A failed deletion: says which of the `planned` steps are gone (the store
+// is listed again), so the operator never has to guess what happened.
+Status DeletionFailed(Store& store, const std::vector<int64_t>& planned, const Status& failure) {
+  auto now = store.List();
+  if (!now.ok()) return failure.WithContext("the store could not be listed afterwards (run `trainsnap list`)");
+  std::set<int64_t> left;
+  for (const SnapshotInfo& info : *now) left.insert(info.step);
+  std::vector<int64_t> gone;
+  for (int64_t step : planned) {
+    if (left.count(step) == 0) gone.push_back(step);
+  }
+  if (gone.empty()) return failure.WithContext("nothing was deleted");
+  return failure.WithContext("deleted " + Snapshots(gone) + " of " + std::to_string(planned.size()) +
+                             ", garbage not collected (run `trainsnap gc`)");
+}
+
+Result<GcReport> CollectAfterDeletion(Store& store, const std::vector<int64_t>& deleted) {
   ProgressBar progress("gc", /*bytes=*/false);
   auto gc = store.CollectGarbage(progress.Callback());
-  if (!gc.ok()) return gc.status().WithContext("garbage collection");
+  if (!gc.ok()) {
+    return gc.status().WithContext("deleted " + Snapshots(deleted) +
+                                   ", then garbage collection failed (run `trainsnap gc`)");
+  }
   return gc;
 }
 
@@ -105,34 +157,29 @@ Status DeleteSteps(const std::string& command, const DeleteOptions& options, Sto
                    const std::vector<int64_t>& steps, bool ask, const std::function<Status()>& do_delete) {
   TRAINSNAP_ASSIGN_OR_RETURN(DeletionPlan plan, PlanDeletion(store, steps));
   nlohmann::json doc = PlanJson(command, options, plan);
-  if (options.dry_run) {
-    if (options.json) {
-      PrintJson(doc);
-    } else {
-      PrintPlan("would delete", plan);
-    }
-    return Status::OK();
+  if (options.dry_run || plan.deleted.empty()) return PrintPreview(options, doc, plan);
+  const std::string refusing = "refusing to delete " + Snapshots(steps);
+  if (ask && !options.yes) {
+    // Nothing on stdout before the answer: a refusal must not read like a deletion.
+    TRAINSNAP_RETURN_IF_ERROR(CanConfirm(options.yes).WithContext(refusing));
+    PrintPlan(std::cerr, plan);
+    TRAINSNAP_RETURN_IF_ERROR(
+        Confirm("delete " + Snapshots(steps) + " from " + options.store + "?", options.yes).WithContext(refusing));
   }
-  if (!options.json) PrintPlan("deleting", plan);
-  if (plan.deleted.empty()) {
-    if (options.json) PrintJson(doc);
-    return Status::OK();
-  }
-  if (ask) {
-    TRAINSNAP_RETURN_IF_ERROR(Confirm("delete " + std::to_string(plan.deleted.size()) + " snapshots (steps " +
-                                          StepList(steps) + ") from " + options.store + "?",
-                                      options.yes)
-                                  .WithContext("refusing to delete " + std::to_string(plan.deleted.size()) +
-                                               " snapshots"));
-  }
-  TRAINSNAP_RETURN_IF_ERROR(do_delete());
-  TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectWithProgress(store));
-  PrintDone(options, std::move(doc), steps, gc);
-  return Status::OK();
+  Status deleted = do_delete();
+  if (!deleted.ok()) return DeletionFailed(store, steps, deleted);
+  TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectAfterDeletion(store, steps));
+  return PrintDone(options, std::move(doc), steps, gc);
 }
 
 Status RunRollback(const DeleteOptions& options) {
   const int64_t keep = options.steps.front();
+  // A usage error (exit 2) never opens the store: without a terminal to ask
+  // on and without --yes, refuse before looking at it.
+  if (!options.dry_run) {
+    TRAINSNAP_RETURN_IF_ERROR(
+        CanConfirm(options.yes).WithContext("refusing to roll back to step " + std::to_string(keep)));
+  }
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
   TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, keep).status());
   auto all = store->List();
@@ -148,6 +195,8 @@ Status RunRollback(const DeleteOptions& options) {
 
 Status RunDelete(const DeleteOptions& options) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
+  // Every step is checked before anything is deleted (duplicates were
+  // refused while parsing).
   for (int64_t step : options.steps) TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, step).status());
   return DeleteSteps("delete", options, *store, options.steps, /*ask=*/false, [&]() -> Status {
     for (int64_t step : options.steps) {
@@ -164,23 +213,19 @@ Status RunPrune(const DeleteOptions& options) {
   std::vector<int64_t> doomed = StepsOutsidePolicy(StepsOf(*all), options.policy);
   TRAINSNAP_ASSIGN_OR_RETURN(DeletionPlan plan, PlanDeletion(*store, doomed));
   nlohmann::json doc = PlanJson("prune", options, plan);
-  if (options.dry_run) {
-    if (options.json) {
-      PrintJson(doc);
-    } else {
-      PrintPlan("would delete", plan);
-    }
-    return Status::OK();
-  }
+  if (options.dry_run) return PrintPreview(options, doc, plan);
   auto report = store->Prune(options.policy);
-  if (!report.ok()) return report.status().WithContext("prune");
-  PrintDone(options, std::move(doc), report->deleted_steps, report->gc);
-  return Status::OK();
+  if (!report.ok()) return DeletionFailed(*store, doomed, report.status());
+  return PrintDone(options, std::move(doc), report->deleted_steps, report->gc);
 }
 
 Status RunGc(const DeleteOptions& options) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForWriting(options.store));
-  TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectWithProgress(*store));
+  GcReport gc;
+  {
+    ProgressBar progress("gc", /*bytes=*/false);
+    TRAINSNAP_ASSIGN_OR_RETURN(gc, store->CollectGarbage(progress.Callback()));
+  }
   if (options.json) {
     nlohmann::json doc = JsonDocument("gc");
     doc["store"] = options.store;
@@ -192,7 +237,8 @@ Status RunGc(const DeleteOptions& options) {
               << " bytes) in " << gc.chunks_deleted << " of " << gc.chunks_scanned << " chunks; " << gc.chunks_live
               << " chunks live\n";
   }
-  return Status::OK();
+  return FlushStdout().WithContext("garbage collection reclaimed " + std::to_string(gc.bytes_deleted) +
+                                   " bytes, but the report was not written");
 }
 
 void AddCommon(CLI::App* app, DeleteOptions& options, const std::string& command, bool dry_run) {
@@ -211,7 +257,9 @@ Command AddRollbackCommand(CLI::App& parent) {
               "delete and asks on a terminal unless --yes; without a terminal it refuses "
               "unless --yes.");
   AddCommon(app, *options, "rollback", /*dry_run=*/true);
-  app->add_option("step", options->steps.front(), "The snapshot to roll back to (kept)")->required();
+  app->add_option("step", options->steps.front(), "The snapshot to roll back to (kept)")
+      ->required()
+      ->check(StepValidator());
   app->add_flag("-y,--yes", options->yes, "Do not ask for confirmation");
   return {app, [options] { return RunRollback(*options); }};
 }
@@ -221,7 +269,17 @@ Command AddDeleteCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("delete", "Delete snapshots, then gc");
   app->footer("Deletes the given snapshots, then collects garbage.");
   AddCommon(app, *options, "delete", /*dry_run=*/true);
-  app->add_option("steps", options->steps, "Snapshot steps to delete")->required();
+  app->add_option("steps", options->steps, "Snapshot steps to delete")->required()->check(StepValidator());
+  // A step named twice is a usage error raised while parsing, before the
+  // store is opened: the second deletion of a step could only fail halfway.
+  app->callback([options] {
+    std::set<int64_t> seen;
+    for (int64_t step : options->steps) {
+      if (!seen.insert(step).second) {
+        throw CLI::ValidationError("steps", "step " + std::to_string(step) + " is named twice");
+      }
+    }
+  });
   return {app, [options] { return RunDelete(*options); }};
 }
 
@@ -233,9 +291,9 @@ Command AddPruneCommand(CLI::App& parent) {
   AddCommon(app, *options, "prune", /*dry_run=*/true);
   app->add_option("--keep-last", options->policy.keep_last, "Newest snapshots to keep (>= 1)")
       ->required()
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+      ->check(CountValidator(1));
   app->add_option("--keep-every", options->policy.keep_every, "Also keep steps that are multiples of K (>= 1)")
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+      ->check(CountValidator(1));
   return {app, [options] { return RunPrune(*options); }};
 }
 

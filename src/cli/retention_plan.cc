@@ -1,59 +1,41 @@
 #include "cli/retention_plan.h"
 
-#include <cstring>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
+#include <string>
+
+#include "trainsnap/gc_plan.h"
 
 namespace trainsnap::cli {
 
-namespace {
-struct ChunkHashHasher {
-  size_t operator()(const ChunkHash& h) const {
-    size_t v;  // the hash is uniformly distributed already
-    std::memcpy(&v, h.bytes.data(), sizeof(v));
-    return v;
-  }
-};
-}  // namespace
-
 Result<DeletionPlan> PlanDeletion(Store& store, const std::vector<int64_t>& steps) {
-  std::set<int64_t> doomed(steps.begin(), steps.end());
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> all, store.List());
+  const std::set<int64_t> doomed(steps.begin(), steps.end());
+  auto all = store.List();
+  if (!all.ok()) return all.status().WithContext("list snapshots");
   DeletionPlan plan;
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> candidates;
-  std::unordered_set<ChunkHash, ChunkHashHasher> live;
-  for (const SnapshotInfo& info : all) {
-    bool deleting = doomed.count(info.step) > 0;
-    if (deleting) {
+  for (const SnapshotInfo& info : *all) {
+    if (doomed.count(info.step) > 0) {
       plan.deleted.push_back(info);
     } else {
       ++plan.kept;
     }
-    auto records = store.Tensors(info.step);
-    if (!records.ok()) return records.status().WithContext("step " + std::to_string(info.step));
-    for (const TensorRecord& record : *records) {
-      for (const ChunkRef& chunk : record.chunks) {
-        if (deleting) {
-          candidates.emplace(chunk.hash, chunk.stored_bytes);
-        } else {
-          live.insert(chunk.hash);
-        }
+  }
+  if (plan.deleted.size() != doomed.size()) {
+    std::set<int64_t> listed;
+    for (const SnapshotInfo& info : plan.deleted) listed.insert(info.step);
+    for (int64_t step : doomed) {
+      if (listed.count(step) == 0) {
+        return Status::NotFound("step " + std::to_string(step) + " not found in store `" + store.path() + "`");
       }
     }
   }
-  if (plan.deleted.size() != doomed.size()) {
-    for (int64_t step : doomed) {
-      bool found = false;
-      for (const auto& info : plan.deleted) found = found || info.step == step;
-      if (!found) return Status::NotFound("step " + std::to_string(step) + " not found in store `" + store.path() + "`");
-    }
-  }
-  for (const auto& [hash, stored] : candidates) {
-    if (live.count(hash) > 0) continue;
-    ++plan.reclaimable_chunks;
-    plan.reclaimable_bytes += stored;
-  }
+  // The store decides what the collection frees with the collection's own
+  // rule: a chunk a kept snapshot uses as a delta base is not freed.
+  auto gc = PlanCollection(store, steps);
+  if (!gc.ok()) return gc.status();
+  plan.reclaimable_chunks = gc->chunks_freed;
+  plan.reclaimable_bytes = gc->bytes_freed;
+  plan.unreferenced_chunks = gc->chunks_unreferenced;
+  plan.unreferenced_bytes = gc->bytes_unreferenced;
   return plan;
 }
 

@@ -12,13 +12,18 @@ namespace trainsnap::cli {
 struct DeletionPlan {
   std::vector<SnapshotInfo> deleted;  // ascending step
   uint64_t kept = 0;                  // snapshots left afterwards
-  // Chunks referenced only by deleted snapshots: what the garbage collection
-  // after the deletion frees (besides chunks that are already unreferenced).
+  // Chunks the deleted snapshots need (reference, or use as a delta base) and
+  // the kept ones do not: what the deletion frees (trainsnap::PlanCollection, gc_plan.h).
   uint64_t reclaimable_chunks = 0;
   uint64_t reclaimable_bytes = 0;  // their encoded (stored) bytes
+  // Chunks no snapshot needs already; the garbage collection after the
+  // deletion frees them too. It reclaims exactly reclaimable_bytes +
+  // unreferenced_bytes when no writer changes the store in between.
+  uint64_t unreferenced_chunks = 0;
+  uint64_t unreferenced_bytes = 0;
 };
 
-// `steps` must name existing snapshots.
+// `steps` must name existing snapshots, each once (NotFound otherwise).
 Result<DeletionPlan> PlanDeletion(Store& store, const std::vector<int64_t>& steps);
 
 // Steps (ascending input) that `policy` does not keep: the library's rule

@@ -1,9 +1,6 @@
 #include "cli/safetensors_writer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -11,13 +8,6 @@
 #include <nlohmann/json.hpp>
 
 namespace trainsnap::cli {
-
-namespace {
-Status ErrnoStatus(const std::string& what, int error) {
-  std::string message = what + ": " + std::strerror(error);
-  return error == ENOSPC ? Status::NoSpace(message) : Status::IOError(message);
-}
-}  // namespace
 
 Result<std::string> SafetensorsDType(DType dtype) {
   switch (dtype) {
@@ -65,26 +55,19 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
   // Pad with spaces (allowed by the format) so the data starts 8-byte aligned.
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
 
-  std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) return ErrnoStatus("create `" + tmp + "`", errno);
-  std::unique_ptr<SafetensorsWriter> writer(new SafetensorsWriter(std::move(path), std::move(entries), file));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> file, OutputFile::Create(path));
   uint8_t length[8];
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n >> (8 * i));  // little-endian
-  if (std::fwrite(length, 1, 8, file) != 8 || std::fwrite(text.data(), 1, text.size(), file) != text.size()) {
-    return ErrnoStatus("write `" + tmp + "`", errno);
-  }
-  return writer;
+  TRAINSNAP_RETURN_IF_ERROR(file->Write(length, 8));
+  TRAINSNAP_RETURN_IF_ERROR(file->Write(text.data(), text.size()));
+  return std::unique_ptr<SafetensorsWriter>(new SafetensorsWriter(std::move(entries), std::move(file)));
 }
 
-SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> entries, std::FILE* file)
-    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), entries_(std::move(entries)), file_(file) {}
+SafetensorsWriter::SafetensorsWriter(std::vector<SafetensorsEntry> entries, std::unique_ptr<OutputFile> file)
+    : entries_(std::move(entries)), file_(std::move(file)) {}
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-  if (!finished_) ::unlink(tmp_path_.c_str());
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 Status SafetensorsWriter::Append(const void* data, size_t bytes) {
   if (next_ >= entries_.size()) return Status::InvalidArgument("safetensors: more tensors than declared");
@@ -93,7 +76,7 @@ Status SafetensorsWriter::Append(const void* data, size_t bytes) {
     return Status::InvalidArgument("safetensors: tensor `" + e.name + "` has " + std::to_string(bytes) +
                                    " bytes, header says " + std::to_string(e.bytes));
   }
-  if (bytes > 0 && std::fwrite(data, 1, bytes, file_) != bytes) return ErrnoStatus("write `" + tmp_path_ + "`", errno);
+  TRAINSNAP_RETURN_IF_ERROR(file_->Write(data, bytes));
   ++next_;
   return Status::OK();
 }
@@ -102,13 +85,7 @@ Status SafetensorsWriter::Finish() {
   if (next_ != entries_.size()) {
     return Status::InvalidArgument("safetensors: " + std::to_string(entries_.size() - next_) + " tensors not written");
   }
-  if (std::fflush(file_) != 0 || ::fsync(fileno(file_)) != 0) return ErrnoStatus("flush `" + tmp_path_ + "`", errno);
-  int rc = std::fclose(file_);
-  file_ = nullptr;
-  if (rc != 0) return ErrnoStatus("close `" + tmp_path_ + "`", errno);
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) return ErrnoStatus("rename to `" + path_ + "`", errno);
-  finished_ = true;
-  return Status::OK();
+  return file_->Commit();
 }
 
 }  // namespace trainsnap::cli

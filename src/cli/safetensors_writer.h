@@ -5,11 +5,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cli/output_file.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::cli {
@@ -25,8 +26,10 @@ struct SafetensorsEntry {
   uint64_t bytes = 0;
 };
 
-// Not thread-safe. Writes to `path` + ".tmp" and renames on Finish(), so a
-// failed export leaves no partial file behind.
+// Not thread-safe. Writes through an OutputFile (output_file.h): a unique
+// temporary file renamed over `path` on Finish(), so a failed export leaves
+// no partial file behind, and `path` is refused unless it is absent or a
+// regular file.
 class SafetensorsWriter {
  public:
   // Orders `entries` by element size (largest first), then name, so that
@@ -35,23 +38,22 @@ class SafetensorsWriter {
   static Result<std::unique_ptr<SafetensorsWriter>> Create(std::string path, std::vector<SafetensorsEntry> entries,
                                                            const std::map<std::string, std::string>& metadata);
   ~SafetensorsWriter();  // removes the temporary file unless Finish() succeeded
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
   // Entries in the order the data must be appended.
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   // Appends the bytes of entries()[i] for the next i (native byte order is
   // little-endian on every platform LibTorch supports here).
   Status Append(const void* data, size_t bytes);
-  // Flushes, syncs and renames into place.
+  // Syncs and renames into place (OutputFile::Commit).
   Status Finish();
 
  private:
-  SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> entries, std::FILE* file);
-  std::string path_;
-  std::string tmp_path_;
+  SafetensorsWriter(std::vector<SafetensorsEntry> entries, std::unique_ptr<OutputFile> file);
   std::vector<SafetensorsEntry> entries_;
-  std::FILE* file_;
+  std::unique_ptr<OutputFile> file_;
   size_t next_ = 0;
-  bool finished_ = false;
 };
 
 }  // namespace trainsnap::cli

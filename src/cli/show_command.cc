@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/human_format.h"
 #include "cli/json_output.h"
@@ -240,7 +241,7 @@ Command AddShowCommand(CLI::App& parent) {
               "selection, base identity, optimizers and their groups, scheduler, accumulation window, "
               "extra keys; and its tensors with their sizes.");
   app->add_option("store", options->store, "Path of the store")->required();
-  app->add_option("step", options->step, "Snapshot step")->required();
+  app->add_option("step", options->step, "Snapshot step")->required()->check(StepValidator());
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.show/1, docs/cli.md)");
   return {app, [options] { return RunShow(*options); }};
 }

@@ -1,40 +1,28 @@
 #include "cli/torch_archive_writer.h"
 
-#include <unistd.h>
+#include <memory>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include "cli/output_file.h"
 
 namespace trainsnap::cli {
 
-Status WriteTorchArchive(const std::string& path, int64_t step, const std::vector<std::string>& names,
-                         const std::vector<torch::Tensor>& tensors) {
-  if (names.size() != tensors.size()) return Status::InvalidArgument("torch archive: names and tensors differ in count");
-  const std::string tmp = path + ".tmp";
+Status WriteTorchStateDict(const std::string& path, const std::vector<std::string>& names,
+                           const std::vector<torch::Tensor>& tensors) {
+  if (names.size() != tensors.size()) return Status::InvalidArgument("torch file: names and tensors differ in count");
+  // Refuse a bad target before serializing anything.
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> file, OutputFile::Create(path));
+  std::vector<char> bytes;
   try {
-    torch::serialize::OutputArchive archive;
-    c10::List<std::string> name_list;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      archive.write(std::to_string(i), tensors[i]);
-      name_list.push_back(names[i]);
-    }
-    archive.write("names", c10::IValue(name_list));
-    archive.write("step", c10::IValue(step));
-    archive.save_to(tmp);
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (size_t i = 0; i < tensors.size(); ++i) dict.insert(names[i], tensors[i]);
+    bytes = torch::pickle_save(c10::IValue(dict));
   } catch (const c10::Error& e) {
-    ::unlink(tmp.c_str());
-    return Status::IOError("write torch archive `" + tmp + "`: " + e.what_without_backtrace());
+    return Status::Aborted(std::string("serialize torch file: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
-    ::unlink(tmp.c_str());
-    return Status::IOError("write torch archive `" + tmp + "`: " + e.what());
+    return Status::Aborted(std::string("serialize torch file: ") + e.what());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int error = errno;
-    ::unlink(tmp.c_str());
-    return Status::IOError("rename to `" + path + "`: " + std::strerror(error));
-  }
-  return Status::OK();
+  TRAINSNAP_RETURN_IF_ERROR(file->Write(bytes.data(), bytes.size()));
+  return file->Commit();
 }
 
 }  // namespace trainsnap::cli

@@ -1,11 +1,11 @@
-// Writes tensors as a LibTorch archive (torch::serialize::OutputArchive, the
-// format of torch::save): keys "0", "1", ... hold the tensors, so that
-// torch::load(std::vector<torch::Tensor>&, path) reads them back in order;
-// key "names" holds their names (a list of strings, same order) and "step"
-// the snapshot's step. Read the names with torch::serialize::InputArchive::read.
+// Writes tensors as a plain dict {name: tensor} in PyTorch's pickle format
+// (torch::pickle_save, the zip layout torch.save writes): Python's
+// torch.load returns a dict of tensors that load_state_dict and
+// safetensors.torch.save_file take as is; LibTorch reads it with
+// torch::pickle_load(bytes).toGenericDict(). Nothing else is in the dict
+// (no step, no names list), so that it loads as a state dict.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,8 +15,9 @@
 
 namespace trainsnap::cli {
 
-// Writes to `path` + ".tmp", then renames into place.
-Status WriteTorchArchive(const std::string& path, int64_t step, const std::vector<std::string>& names,
-                         const std::vector<torch::Tensor>& tensors);
+// names[i] -> tensors[i], in this order. Written through an OutputFile
+// (output_file.h): atomically, and only over an absent or regular file.
+Status WriteTorchStateDict(const std::string& path, const std::vector<std::string>& names,
+                           const std::vector<torch::Tensor>& tensors);
 
 }  // namespace trainsnap::cli

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/human_format.h"
 #include "cli/json_output.h"
@@ -176,7 +177,7 @@ Command AddVerifyCommand(CLI::App& parent) {
               "default); lists each bad step / parameter / role / chunk. Exit code 3 when "
               "corruption is found.");
   app->add_option("store", options->store, "Path of the store")->required();
-  CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)");
+  CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)")->check(StepValidator());
   app->add_flag("--all", options->all, "Verify every snapshot")->excludes(step);
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.verify/1, docs/cli.md)");
   app->add_flag("--repair", options->repair,

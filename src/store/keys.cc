@@ -67,4 +67,11 @@ Result<ChunkHash> DecodeChunkKey(std::string_view key) {
   return hash;
 }
 
+std::string ParamIdHex(uint64_t param_id) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (int shift = 60; shift >= 0; shift -= 4) out += kDigits[(param_id >> shift) & 0xF];
+  return out;
+}
+
 }  // namespace trainsnap::internal

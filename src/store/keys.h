@@ -34,4 +34,8 @@ Result<TensorKey> DecodeTensorKey(std::string_view key);
 std::string EncodeChunkKey(const ChunkHash& hash);
 Result<ChunkHash> DecodeChunkKey(std::string_view key);
 
+// How messages name a parameter ID: "0x" and 16 hex digits, as the CLI
+// prints it everywhere (docs/cli.md).
+std::string ParamIdHex(uint64_t param_id);
+
 }  // namespace trainsnap::internal

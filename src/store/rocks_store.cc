@@ -111,7 +111,7 @@ std::string StepName(int64_t step) { return "step " + std::to_string(step); }
 // How errors name a TensorRead (built only when one is reported).
 std::string ReadName(const TensorRead& read) {
   if (!read.name.empty()) return read.name;
-  return "read tensor param_id " + std::to_string(read.record->param_id) + " role " + read.record->role;
+  return "read tensor param_id " + ParamIdHex(read.record->param_id) + " role " + read.record->role;
 }
 
 // The smallest key greater than every key starting with `prefix`; empty if none.
@@ -1083,7 +1083,7 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
     auto record = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
                                     key->role);
     if (!record.ok()) {
-      return record.status().WithContext(StepName(step) + ": tensor param_id " + std::to_string(key->param_id) +
+      return record.status().WithContext(StepName(step) + ": tensor param_id " + ParamIdHex(key->param_id) +
                                          " role " + key->role);
     }
     out.push_back(std::move(*record));
@@ -1095,7 +1095,7 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
 Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::string_view role) {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  const std::string name = StepName(step) + ": tensor param_id " + std::to_string(param_id) + " role " +
+  const std::string name = StepName(step) + ": tensor param_id " + ParamIdHex(param_id) + " role " +
                            std::string(role);
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), tensors_cf_, EncodeTensorKey(step, param_id, role), &value);
@@ -1521,7 +1521,8 @@ Status RocksStore::Rollback(int64_t step) {
   return s;
 }
 
-Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live) {
+Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live,
+                                     const std::set<int64_t>& excluded) {
   // The tensor records and the snapshot records are read at one RocksDB
   // snapshot, and the records found per step must match each snapshot's
   // tensor count. RocksDB 7.8 was seen to end a scan early without an error
@@ -1542,9 +1543,10 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
                                     key->role);
     if (!record.ok()) {
       return record.status().WithContext(StepName(key->step) + ": tensor param_id " +
-                                         std::to_string(key->param_id) + " role " + key->role);
+                                         ParamIdHex(key->param_id) + " role " + key->role);
     }
     ++records_per_step[key->step];
+    if (excluded.count(key->step) > 0) continue;
     for (const ChunkRef& c : record->chunks) live->emplace(c.hash, c.stored_bytes);
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
@@ -1669,6 +1671,43 @@ Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
   }
   if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
   return report;
+}
+
+Result<GcPlan> RocksStore::PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress) {
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  const std::string context = "plan collection in " + path_;
+  const std::set<int64_t> excluded(steps.begin(), steps.end());
+  for (int64_t step : excluded) TRAINSNAP_RETURN_IF_ERROR(CheckStored(step).WithContext(context + ": " + StepName(step)));
+  // Two scans with CollectGarbageLocked's rule: what every snapshot needs
+  // now, and what the snapshots left after the deletion need.
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> needed_now;
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> needed_after;
+  TRAINSNAP_RETURN_IF_ERROR(CollectLiveChunks(&needed_now).WithContext(context));
+  TRAINSNAP_RETURN_IF_ERROR(CollectLiveChunks(&needed_after, excluded).WithContext(context));
+  uint64_t estimate = 0;
+  db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
+  GcPlan plan;
+  uint64_t scanned = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+    if (!hash.ok()) return hash.status().WithContext(context);
+    ++scanned;
+    if (progress) progress(scanned, std::max(estimate, scanned));
+    if (needed_after.count(*hash) > 0) continue;
+    // The size as the collection counts it: the stored value's length.
+    const uint64_t size = it->value().size();
+    if (needed_now.count(*hash) > 0) {
+      ++plan.chunks_freed;
+      plan.bytes_freed += size;
+    } else {
+      ++plan.chunks_unreferenced;
+      plan.bytes_unreferenced += size;
+    }
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan chunks"));
+  return plan;
 }
 
 Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool full_gc) {
@@ -1803,7 +1842,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
         report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s)), false, {}});
         continue;
       }
-      const std::string where = StepName(s) + ": tensor param_id " + std::to_string(key->param_id) + " role " +
+      const std::string where = StepName(s) + ": tensor param_id " + ParamIdHex(key->param_id) + " role " +
                                 key->role;
       auto tensor = ParseTensorRecord(std::string_view(it->value().data(), it->value().size()), key->param_id,
                                       key->role);
@@ -2094,6 +2133,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreO
 
 Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
   return internal::RocksStore::OpenReadOnlyInstance(path);
+}
+
+Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress) {
+  auto* rocks = dynamic_cast<internal::RocksStore*>(&store);
+  if (rocks == nullptr) return Status::NotSupported("plan collection: not a store opened by Store::Open/OpenReadOnly");
+  return rocks->PlanCollection(steps, progress);
 }
 
 }  // namespace trainsnap

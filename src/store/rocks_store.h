@@ -10,6 +10,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "store/commit_log.h"
 #include "store/delta_base_cache.h"
 #include "store/records.h"
+#include "trainsnap/gc_plan.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
@@ -61,6 +63,9 @@ class RocksStore final : public Store {
   Result<PruneReport> Prune(const RetentionPolicy& policy) override;
   Result<StoreStats> Stats(const ProgressFn& progress) override;
   Result<RepairReport> Repair() override;
+
+  // trainsnap::PlanCollection (gc_plan.h).
+  Result<GcPlan> PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress);
 
   // --- for SnapshotWriterImpl ---------------------------------------------
   ChunkRegistry& registry() { return registry_; }
@@ -180,8 +185,11 @@ class RocksStore final : public Store {
   // Deletes the snapshots `steps` (and their tensor records) in one atomic
   // batch; collects the chunk refs of their records into *released if given.
   Status DeleteSteps(const std::vector<int64_t>& steps, std::vector<ChunkRef>* released);
-  // The hashes every committed tensor record references.
-  Status CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
+  // The hashes every committed tensor record references, and their delta
+  // bases. The records of `excluded` steps are checked but not counted (a
+  // preview of deleting them).
+  Status CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live,
+                           const std::set<int64_t>& excluded = {});
   // Deletes the unpinned `candidates` (sizes[i] = encoded bytes of candidates[i])
   // and adds them to `report`.
   Result<GcReport> EraseChunks(std::vector<ChunkHash> candidates, const std::vector<uint64_t>& sizes,

@@ -7,6 +7,7 @@
 
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
+#include "store/keys.h"
 #include "store/kill_point.h"
 #include "store/parallel_for.h"
 #include "store/records.h"
@@ -35,7 +36,7 @@ constexpr size_t kDeltaSampleBytes = 64 << 10;
 constexpr size_t kMinDeltaBytes = 4096;
 
 std::string TensorName(uint64_t param_id, std::string_view role) {
-  return "tensor param_id " + std::to_string(param_id) + " role " + std::string(role);
+  return "tensor param_id " + ParamIdHex(param_id) + " role " + std::string(role);
 }
 
 }  // namespace

@@ -33,10 +33,14 @@ nlohmann::json CliRun::Json() const {
   return parsed.is_discarded() ? nlohmann::json() : parsed;
 }
 
-CliRun RunProgram(const std::string& program, const std::vector<std::string>& args) {
+namespace {
+
+CliRun RunWithStdout(const std::string& program, const std::vector<std::string>& args,
+                     const std::string& stdout_path) {
   char out_template[] = "/tmp/trainsnap_cli_out_XXXXXX";
   char err_template[] = "/tmp/trainsnap_cli_err_XXXXXX";
-  int out_fd = mkstemp(out_template);
+  const bool capture = stdout_path.empty();
+  int out_fd = capture ? mkstemp(out_template) : open(stdout_path.c_str(), O_WRONLY | O_CLOEXEC);
   int err_fd = mkstemp(err_template);
   CliRun run;
   if (out_fd < 0 || err_fd < 0) {
@@ -61,11 +65,25 @@ CliRun RunProgram(const std::string& program, const std::vector<std::string>& ar
   close(out_fd);
   close(err_fd);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = ReadFile(out_template);
+  if (capture) {
+    run.out = ReadFile(out_template);
+    unlink(out_template);
+  }
   run.err = ReadFile(err_template);
-  unlink(out_template);
   unlink(err_template);
   return run;
+}
+
+}  // namespace
+
+CliRun RunProgram(const std::string& program, const std::vector<std::string>& args) {
+  return RunWithStdout(program, args, "");
+}
+
+// Declared where it is used (standard_output_test.cc): runs the binary with
+// stdout opened on `stdout_path` for writing.
+CliRun RunCliWithStdout(const std::vector<std::string>& args, const std::string& stdout_path) {
+  return RunWithStdout(TRAINSNAP_CLI_PATH, args, stdout_path);
 }
 
 CliRun RunCli(const std::vector<std::string>& args) { return RunProgram(TRAINSNAP_CLI_PATH, args); }

@@ -155,3 +155,107 @@ TEST_F(RetentionCommandsTest, MutatingCommandsOnAStoreHeldByAWriterExitFive) {
 
 }  // namespace
 }  // namespace trainsnap::cli_test
+
+namespace trainsnap::cli_test {
+namespace {
+
+TEST_F(RetentionCommandsTest, ARefusedRollbackPrintsNoDeletion) {
+  CliRun script = RunCli({"rollback", StorePath(), "3"});
+  EXPECT_EQ(script.exit_code, 2) << script.err;
+  EXPECT_TRUE(script.out.empty()) << script.out;
+  EXPECT_NE(script.err.find("trainsnap rollback: refusing to roll back to step 3: confirmation required but stdin "
+                            "is not a terminal; pass --yes"),
+            std::string::npos)
+      << script.err;
+  // Refused before the store is opened: the same refusal for a missing store.
+  CliRun absent = RunCli({"rollback", Path("absent"), "3"});
+  EXPECT_EQ(absent.exit_code, 2) << absent.err;
+  CliRun declined = RunCliOnTerminal({"rollback", StorePath(), "3"}, "no\n");
+  EXPECT_EQ(declined.exit_code, 1) << declined.out;
+  EXPECT_NE(declined.out.find("would delete 3 snapshots"), std::string::npos) << declined.out;
+  EXPECT_EQ(declined.out.find("deleting"), std::string::npos) << declined.out;
+  EXPECT_EQ(declined.out.find("deleted"), std::string::npos) << declined.out;
+  EXPECT_NE(declined.out.find("cancelled; nothing was changed"), std::string::npos) << declined.out;
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+// A tensor whose every chunk changes a little per step: with XOR deltas, the
+// later snapshots' chunks are deltas whose base is step 1's chunk.
+class DeltaPreviewTest : public CliTest {
+ protected:
+  void SetUp() override {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    std::vector<float> values = RandomFloats(4096, 5);  // 4 chunks of 4 KiB
+    for (int64_t step = 1; step <= 5; ++step) {
+      for (size_t i = 0; i < values.size(); i += 97) values[i] += 0.25f;
+      auto info = WriteSnapshot(*store, step, {{0xA, "param", DType::kFloat32, {4096}, FloatBytes(values)}});
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      infos_.push_back(*info);
+    }
+    // The premise: steps 2..5 wrote deltas, far smaller than step 1's keyframes.
+    for (size_t i = 1; i < infos_.size(); ++i) {
+      ASSERT_EQ(infos_[i].new_chunks, 4u);
+      ASSERT_LT(infos_[i].new_bytes * 2, infos_[0].new_bytes) << "step " << infos_[i].step << " is not a delta";
+    }
+  }
+
+  // Dry run, then the real run: the preview must equal what gc reclaimed.
+  void ExpectPreviewIsExact(const std::vector<std::string>& args, uint64_t expected_freed, uint64_t expected_unreferenced) {
+    std::vector<std::string> dry = args;
+    dry.push_back("--dry-run");
+    dry.push_back("--json");
+    CliRun preview = RunCli(dry);
+    ASSERT_EQ(preview.exit_code, 0) << preview.err;
+    const nlohmann::json plan = preview.Json();
+    EXPECT_EQ(plan["reclaimable_bytes"], expected_freed) << args[0];
+    EXPECT_EQ(plan["unreferenced_bytes"], expected_unreferenced) << args[0];
+    std::vector<std::string> real = args;
+    real.push_back("--json");
+    if (args[0] == "rollback") real.push_back("--yes");
+    CliRun run = RunCli(real);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const nlohmann::json done = run.Json();
+    EXPECT_EQ(done["bytes_reclaimed"].get<uint64_t>(),
+              plan["reclaimable_bytes"].get<uint64_t>() + plan["unreferenced_bytes"].get<uint64_t>())
+        << args[0];
+    EXPECT_EQ(done["gc"]["chunks_deleted"].get<uint64_t>(),
+              plan["reclaimable_chunks"].get<uint64_t>() + plan["unreferenced_chunks"].get<uint64_t>())
+        << args[0];
+  }
+
+  std::vector<SnapshotInfo> infos_;  // steps 1..5
+};
+
+TEST_F(DeltaPreviewTest, ChunksKeptAsDeltaBasesAreNotCountedAsFreed) {
+  // Step 1's keyframes are the bases of every later delta: deleting step 1
+  // frees nothing (the old preview counted all of step 1's bytes).
+  ExpectPreviewIsExact({"delete", StorePath(), "1"}, 0, 0);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{2, 3, 4, 5}));
+  // Step 2's deltas are nobody's base: all of its bytes go.
+  ExpectPreviewIsExact({"delete", StorePath(), "2"}, infos_[1].new_bytes, 0);
+  // Rollback to 3 frees the deltas of 4 and 5.
+  ExpectPreviewIsExact({"rollback", StorePath(), "3"}, infos_[3].new_bytes + infos_[4].new_bytes, 0);
+  // Pruning to the newest frees step 1's keyframes only once nothing kept
+  // needs them: never here, since step 3's deltas use them.
+  ExpectPreviewIsExact({"prune", StorePath(), "--keep-last", "1"}, 0, 0);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{3}));
+}
+
+TEST_F(DeltaPreviewTest, GarbageLeftBeforeIsPreviewedSeparately) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Delete(5).ok());  // its deltas stay until a gc
+  }
+  // Deleting 2..4 leaves step 1, whose keyframes nothing else needs then:
+  // the deletion frees the deltas of 2..4; step 5's are already garbage.
+  ExpectPreviewIsExact({"delete", StorePath(), "2", "3", "4"},
+                       infos_[1].new_bytes + infos_[2].new_bytes + infos_[3].new_bytes, infos_[4].new_bytes);
+  EXPECT_EQ(Steps(), (std::vector<int64_t>{1}));
+  // And deleting the last snapshot frees its keyframes.
+  ExpectPreviewIsExact({"delete", StorePath(), "1"}, infos_[0].new_bytes, 0);
+}
+
+}  // namespace
+}  // namespace trainsnap::cli_test

@@ -22,7 +22,7 @@ TEST(RetentionPlanTest, StepsOutsidePolicyKeepsNewestAndMultiples) {
 
 class PlanDeletionTest : public CliTest {};
 
-TEST_F(PlanDeletionTest, CountsOnlyChunksNoKeptSnapshotReferences) {
+TEST_F(PlanDeletionTest, CountsOnlyChunksNoKeptSnapshotNeedsAndAgreesWithGc) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   // 4 chunks of 4 KiB; step 2 changes one chunk, step 3 all of them.
@@ -46,13 +46,34 @@ TEST_F(PlanDeletionTest, CountsOnlyChunksNoKeptSnapshotReferences) {
   EXPECT_EQ(plan->reclaimable_chunks, 5u);
   EXPECT_EQ(plan->reclaimable_bytes, s2->new_bytes + s3->new_bytes);
 
-  // Deleting step 1 alone frees only its chunks that step 2 does not share: 1.
+  EXPECT_EQ(plan->unreferenced_chunks, 0u);
+
+  // Step 2's changed chunk is an XOR delta (a few bytes) whose base is step
+  // 1's version of that chunk; step 1's other chunks are step 2's own. So
+  // deleting step 1 alone frees nothing, and the collection agrees.
+  ASSERT_LT(s2->new_bytes, 1024u) << "step 2's changed chunk was not stored as a delta";
   auto only_first = PlanDeletion(*store, {1});
-  ASSERT_TRUE(only_first.ok());
-  EXPECT_EQ(only_first->reclaimable_chunks, 1u);
+  ASSERT_TRUE(only_first.ok()) << only_first.status().ToString();
+  EXPECT_EQ(only_first->reclaimable_chunks, 0u);
+  EXPECT_EQ(only_first->reclaimable_bytes, 0u);
 
   auto missing = PlanDeletion(*store, {7});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+
+  ASSERT_TRUE(store->Delete(1).ok());
+  auto gc = store->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 0u);
+  // Now step 2 alone needs the base: deleting 2 and 3 frees everything.
+  auto rest = PlanDeletion(*store, {2, 3});
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  ASSERT_TRUE(store->Delete(2).ok());
+  ASSERT_TRUE(store->Delete(3).ok());
+  auto all = store->CollectGarbage();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(rest->reclaimable_bytes, all->bytes_deleted);
+  EXPECT_EQ(rest->reclaimable_chunks, all->chunks_deleted);
+  EXPECT_EQ(all->chunks_live, 0u);
 }
 
 }  // namespace
