@@ -161,7 +161,8 @@ TEST(CheckpointerTest, RetentionRefusesAStepBelowTheLatestAndKeepsWhatItAcknowle
   }
   auto steps = [&] {
     std::vector<int64_t> out;
-    for (const SnapshotInfo& info : ts.store->List().value()) out.push_back(info.step);
+    auto list = ts.store->List();  // named: a range-for over List().value() would dangle
+    for (const SnapshotInfo& info : list.value()) out.push_back(info.step);
     return out;
   };
   ASSERT_EQ(steps(), (std::vector<int64_t>{4, 5}));
