@@ -26,7 +26,8 @@ struct AccumulationWindow {
 };
 
 // Any object whose state must survive a restart: a data-loader cursor, a
-// custom scheduler, ... LoadState returns an error rather than throwing.
+// custom scheduler, ... LoadState returns an error rather than throwing; an
+// exception of any type from either call fails the capture/restore (Aborted).
 class Stateful {
  public:
   virtual ~Stateful() = default;
@@ -120,10 +121,15 @@ struct RestoreOptions {
   // Restore pending gradients (mid-window snapshots). When false, gradients
   // of the target are left as they are.
   bool restore_gradients = true;
+  // Replace every param group's options (lr, betas, eps, weight_decay, ...)
+  // with the snapshot's. When false, the target's groups keep the caller's
+  // options and only the per-parameter state (exp_avg, step, ...) is restored.
+  bool restore_optimizer_options = true;
 };
 
 // Thread-compatible: one training thread drives a Checkpointer. The Store
-// must outlive it.
+// must outlive it: destroying the Store while captures are still in flight
+// aborts the process (every build) with a message naming the store and step.
 class Checkpointer {
  public:
   explicit Checkpointer(Store& store, CheckpointerOptions options = {});
@@ -134,8 +140,10 @@ class Checkpointer {
   // Captures `state` as snapshot `step` (stage on this thread, then encode
   // and commit). On error nothing becomes visible. InvalidArgument: a frozen
   // parameter holds a gradient, tied names disagree, an optimizer holds a
-  // tensor of no captured model; NotSupported: LBFGS or an unknown optimizer;
-  // AlreadyExists: `step` is stored.
+  // tensor of no captured model; NotSupported: LBFGS or an unknown optimizer,
+  // a tensor that cannot be staged (meta, sparse, mkldnn; named);
+  // AlreadyExists: `step` is stored; InvalidArgument from the store's
+  // retention for a step below the latest (RetentionPolicy).
   // Same as CaptureAsync(step, state) followed by Wait().
   Status Capture(int64_t step, const TrainingState& state);
   // Stages `state` as snapshot `step` on this thread and returns as soon as
@@ -160,8 +168,15 @@ class Checkpointer {
   // and scheduler/accumulation/extra present on both sides or neither; RNG is
   // restored when target.rng is set. Mismatches are ContractMismatch naming
   // the first difference; a damaged chunk is Corruption; an unknown manifest
-  // version is NotSupported. On error every live object is left bitwise
-  // unchanged (a Stateful that refuses its bytes is rolled back with the rest).
+  // version is NotSupported; a target tensor that refuses in-place writes
+  // (created under c10::InferenceMode, expanded/overlapping) is
+  // InvalidArgument. On error every live object is left bitwise unchanged
+  // (a Stateful that refuses its bytes is rolled back with the rest).
+  // Besides tensors, a restore replaces: each optimizer's whole per-parameter
+  // state and its groups' options (lr, weight decay, ...: the snapshot's,
+  // unless RestoreOptions::restore_optimizer_options is false), the
+  // scheduler's step count, the accumulation window, the extras' state and
+  // the RNG (when target.rng).
   Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options = {});
   // Restores the latest snapshot; NotFound when the store has none.
   Status RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});

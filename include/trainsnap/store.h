@@ -19,7 +19,12 @@
 namespace trainsnap {
 
 // Which snapshots to keep. A snapshot is kept if it is among the `keep_last`
-// newest, or its step is a multiple of `keep_every`. keep_last = 0 keeps all.
+// highest steps, or its step is a multiple of `keep_every`; a commit's prune
+// never deletes the snapshot that commit wrote. keep_last = 0 keeps all.
+// Steps, not commit order: with keep_last > 0, committing a step below the
+// latest stored step is refused (InvalidArgument, nothing written), since
+// retention would delete it first and Latest() would not return it. A run
+// resumed from an older step calls Rollback(step) before capturing again.
 struct RetentionPolicy {
   int64_t keep_last = 0;   // 0 = no retention: keep every snapshot
   int64_t keep_every = 0;  // 0 = no periodic keep

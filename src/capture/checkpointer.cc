@@ -28,6 +28,9 @@ Status Guarded(const std::string& context, Fn&& fn) {
     return Status::Aborted(context + ": out of memory");
   } catch (const std::exception& e) {
     return Status::Aborted(context + ": " + e.what());
+  } catch (...) {
+    // User code (a Stateful) may throw anything; nothing escapes the API.
+    return Status::Aborted(context + ": an exception that is not a std::exception was thrown");
   }
 }
 

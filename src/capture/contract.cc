@@ -55,7 +55,11 @@ std::string ShapeString(c10::IntArrayRef shape) {
 namespace {
 
 // Groups tensors by identity: the same TensorImpl, or (for non-empty tensors)
-// the same first byte of storage, which is how two distinct TensorImpls alias.
+// the same first byte of storage with the same shape and dtype, which is how
+// two distinct TensorImpls alias. A tensor starting at the same byte with
+// another shape or dtype (a view such as w[0] or w.view(-1) at storage
+// offset 0) is not a tie but a tensor of its own, like a view at any other
+// offset: both are captured, and restore writes both with the same bytes.
 class TieGrouper {
  public:
   // Meta and empty tensors have no bytes to alias (their data pointers are null).
@@ -66,18 +70,22 @@ class TieGrouper {
   long Find(const torch::Tensor& tensor) const {
     if (auto it = by_impl_.find(tensor.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
     if (HasBytes(tensor)) {
-      if (auto it = by_data_.find(tensor.data_ptr()); it != by_data_.end()) return it->second;
+      if (auto it = by_data_.find(tensor.data_ptr()); it != by_data_.end()) {
+        const torch::Tensor& first = it->second.first;
+        if (first.sizes() == tensor.sizes() && first.scalar_type() == tensor.scalar_type()) return it->second.second;
+      }
     }
     return -1;
   }
   void Add(const torch::Tensor& tensor, long group) {
     by_impl_.emplace(tensor.unsafeGetTensorImpl(), group);
-    if (HasBytes(tensor)) by_data_.emplace(tensor.data_ptr(), group);
+    if (HasBytes(tensor)) by_data_.emplace(tensor.data_ptr(), std::make_pair(tensor, group));
   }
 
  private:
   std::unordered_map<const c10::TensorImpl*, long> by_impl_;
-  std::unordered_map<const void*, long> by_data_;
+  // The first tensor seen at each data pointer, and its group.
+  std::unordered_map<const void*, std::pair<torch::Tensor, long>> by_data_;
 };
 
 Status CheckTie(const ContractEntry& entry, const torch::Tensor& tensor, const std::string& name) {
@@ -164,6 +172,7 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
       contract.trainable_index.emplace(entry.id, contract.trainable.size());
       contract.trainable.push_back(std::move(entry));
     } else {
+      contract.frozen_index.emplace(entry.id, contract.frozen.size());
       contract.frozen.push_back(std::move(entry));
     }
   }
@@ -171,9 +180,28 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
   names_by_id.clear();
   for (ContractEntry& entry : buffers) {
     TRAINSNAP_RETURN_IF_ERROR(claim_id(entry));
+    contract.buffer_index.emplace(entry.id, contract.buffers.size());
     contract.buffers.push_back(std::move(entry));
   }
   return contract;
+}
+
+namespace {
+
+const ContractEntry* Lookup(const std::unordered_map<uint64_t, size_t>& index,
+                            const std::vector<ContractEntry>& entries, uint64_t id) {
+  auto it = index.find(id);
+  return it == index.end() ? nullptr : &entries[it->second];
+}
+
+}  // namespace
+
+const ContractEntry* Contract::Trainable(uint64_t id) const { return Lookup(trainable_index, trainable, id); }
+const ContractEntry* Contract::Frozen(uint64_t id) const { return Lookup(frozen_index, frozen, id); }
+const ContractEntry* Contract::Buffer(uint64_t id) const { return Lookup(buffer_index, buffers, id); }
+const ContractEntry* Contract::Param(uint64_t id) const {
+  const ContractEntry* entry = Trainable(id);
+  return entry != nullptr ? entry : Frozen(id);
 }
 
 Status CheckNoFrozenGradients(const Contract& contract) {

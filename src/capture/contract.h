@@ -53,13 +53,24 @@ struct Contract {
   std::vector<ContractEntry> buffers;    // defined buffers
   // Trainable and frozen parameters by TensorImpl (optimizer look-ups).
   std::unordered_map<const c10::TensorImpl*, uint64_t> param_ids;
-  // Index into `trainable` by ID.
+  // Index into `trainable`, `frozen` and `buffers` by ID.
   std::unordered_map<uint64_t, size_t> trainable_index;
+  std::unordered_map<uint64_t, size_t> frozen_index;
+  std::unordered_map<uint64_t, size_t> buffer_index;
+
+  // The entry of ID `id` in trainable/frozen/buffers (constant time), or null.
+  const ContractEntry* Trainable(uint64_t id) const;
+  const ContractEntry* Frozen(uint64_t id) const;
+  const ContractEntry* Buffer(uint64_t id) const;
+  // A trainable or frozen parameter.
+  const ContractEntry* Param(uint64_t id) const;
 };
 
-// Builds the contract of `models`. Tensors sharing a TensorImpl, or the same
-// storage bytes, are one entry (tied); tied names whose shape, dtype or
-// requires_grad disagree are InvalidArgument, as are two names hashing to one ID.
+// Builds the contract of `models`. Tensors sharing a TensorImpl, or starting
+// at the same storage byte with the same shape and dtype, are one entry
+// (tied); tied names whose requires_grad disagree are InvalidArgument, as are
+// two names hashing to one ID. A view starting at the same byte with another
+// shape or dtype is an entry of its own (as a view at another offset is).
 Result<Contract> BuildContract(const std::vector<NamedModel>& models);
 
 // InvalidArgument naming the first frozen parameter that holds a gradient.

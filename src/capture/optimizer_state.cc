@@ -56,7 +56,8 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
       state_out->set_step(Traits::Step(*state));
       for (const auto& [role, tensor] : Traits::Tensors(*state)) {
         if (!tensor.defined()) continue;
-        TRAINSNAP_RETURN_IF_ERROR(staging.Add(id, prefix + role, tensor, *names.at(id)));
+        TRAINSNAP_RETURN_IF_ERROR(staging.Add(id, prefix + role, tensor, *names.at(id))
+                                      .WithContext("parameter `" + *names.at(id) + "` state " + role));
         state_out->add_roles(role);
       }
     }

@@ -57,6 +57,11 @@ struct AdamLikeTraits : OptimizerTraitsBase<OptimizerT, OptionsT, StateT> {
     return true;
   }
   static std::vector<std::string_view> RequiredRoles() { return {"exp_avg", "exp_avg_sq"}; }
+  // State a step() with options `o` reads without creating it first.
+  static std::vector<std::string_view> RolesNeededBy(const OptionsT& o) {
+    if (o.amsgrad()) return {"max_exp_avg_sq"};
+    return {};
+  }
 };
 
 struct AdamTraits
@@ -95,6 +100,7 @@ struct SGDTraits
     return true;
   }
   static std::vector<std::string_view> RequiredRoles() { return {"momentum_buffer"}; }
+  static std::vector<std::string_view> RolesNeededBy(const Options&) { return {}; }
 };
 
 struct RMSpropTraits : OptimizerTraitsBase<torch::optim::RMSprop, torch::optim::RMSpropOptions,
@@ -129,6 +135,12 @@ struct RMSpropTraits : OptimizerTraitsBase<torch::optim::RMSprop, torch::optim::
     return true;
   }
   static std::vector<std::string_view> RequiredRoles() { return {"square_avg"}; }
+  static std::vector<std::string_view> RolesNeededBy(const Options& o) {
+    std::vector<std::string_view> roles;
+    if (o.momentum() > 0) roles.push_back("momentum_buffer");
+    if (o.centered()) roles.push_back("grad_avg");
+    return roles;
+  }
 };
 
 struct AdagradTraits : OptimizerTraitsBase<torch::optim::Adagrad, torch::optim::AdagradOptions,
@@ -157,6 +169,7 @@ struct AdagradTraits : OptimizerTraitsBase<torch::optim::Adagrad, torch::optim::
     return true;
   }
   static std::vector<std::string_view> RequiredRoles() { return {"sum"}; }
+  static std::vector<std::string_view> RolesNeededBy(const Options&) { return {}; }
 };
 
 // Calls visit(Traits{}) with the traits of `optimizer`'s dynamic type and

@@ -31,6 +31,8 @@ Status Contained(Fn&& fn) {
     return Status::Aborted("out of memory");
   } catch (const std::exception& e) {
     return Status::Aborted(e.what());
+  } catch (...) {
+    return Status::Aborted("an exception that is not a std::exception was thrown");
   }
 }
 
@@ -90,6 +92,7 @@ std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnap
   job->staged = std::move(staged);
   job->ready = std::move(ready);
   job->on_done = std::move(on_done);
+  job->pin = std::make_unique<StorePin>(&store_, "capture step " + std::to_string(job->staged->step));
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->seq = next_seq_++;
@@ -148,6 +151,7 @@ void CapturePipeline::Commit(Job& job) {
     job.status = Contained([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
   }
   job.writer.reset();  // an uncommitted writer abandons its snapshot
+  job.pin.reset();     // the store is not used past this point
   job.status = job.status.WithContext("capture step " + std::to_string(step));
   if (job.on_done) job.on_done(job.status);
   Status status = job.status;

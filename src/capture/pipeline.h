@@ -25,6 +25,7 @@
 
 #include "capture/stage.h"
 #include "capture/staging_pool.h"
+#include "store/store_pin.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -85,6 +86,8 @@ class CapturePipeline {
     std::shared_ptr<CaptureState> state;
     std::unique_ptr<SnapshotWriter> writer;
     Status status;
+    // Held from Submit until the last use of the store (see store_pin.h).
+    std::unique_ptr<StorePin> pin;
   };
   void Encode(Job& job);
   void EncodeDone(std::shared_ptr<Job> job);

@@ -26,6 +26,7 @@ Status DescribeTensor(const torch::Tensor& tensor, Message* out) {
 // be read, or does not match, the tensor is staged like any other.
 Status StageOrReuse(StagedSnapshot& snapshot, const Reuse& reuse, uint64_t id, const char* role,
                     const torch::Tensor& tensor, const std::string& name) {
+  TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(tensor));
   if (reuse.tracker != nullptr) {
     if (std::optional<int64_t> from = reuse.tracker->Observe(snapshot.step, id, role, tensor)) {
       Result<TensorRecord> record = reuse.store->Tensor(*from, id, role);
@@ -53,6 +54,7 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, cons
     param->set_grad(proto::GRAD_UNDEFINED);
     return Status::OK();
   }
+  TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(grad).WithContext("gradient"));
   if (grad.sizes() != entry.tensor.sizes() || grad.scalar_type() != entry.tensor.scalar_type()) {
     return Status::InvalidArgument("gradient " + ShapeString(grad.sizes()) + " " +
                                    c10::toString(grad.scalar_type()) + " does not match the parameter");
@@ -118,6 +120,12 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
     for (const ContractEntry& entry : contract.frozen) {
       TRAINSNAP_RETURN_IF_ERROR(
           StageModelTensor(entry, "param", *snapshot, reuse).WithContext("parameter `" + entry.names.front() + "`"));
+    }
+  }
+  if (options.hash_base_content) {
+    for (const ContractEntry& entry : contract.frozen) {
+      TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(entry.tensor).WithContext(
+          "frozen parameter `" + entry.names.front() + "` (hash_base_content)"));
     }
   }
   *manifest.mutable_base() = base.Build(contract, options.base_label, options.hash_base_content);

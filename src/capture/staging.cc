@@ -16,6 +16,23 @@ torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
                             c10::MemoryFormat::Contiguous);
 }
 
+Status StagingArea::CheckStageable(const torch::Tensor& tensor) {
+  if (tensor.is_meta()) return Status::NotSupported("meta tensor: it has no data to capture");
+  if (tensor.is_sparse() || tensor.is_sparse_csr()) {
+    return Status::NotSupported("sparse tensor (layout " + c10::str(tensor.layout()) +
+                                "): only dense (strided) tensors are captured; convert it with to_dense()");
+  }
+  if (tensor.is_mkldnn()) {
+    return Status::NotSupported("mkldnn tensor: only dense (strided) tensors are captured; convert it "
+                                "with to_dense()");
+  }
+  if (tensor.layout() != c10::kStrided) {
+    return Status::NotSupported("tensor of layout " + c10::str(tensor.layout()) +
+                                ": only dense (strided) tensors are captured");
+  }
+  return Status::OK();
+}
+
 bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
   // The bytes of an asynchronous capture's copies may still be in flight.
   if (StagingScope* scope = StagingScope::Current()) scope->Settle();
@@ -36,6 +53,7 @@ bool StagingArea::IsAllZeroInPlace(const torch::Tensor& tensor) {
 }
 
 Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
   return AddHost(param_id, std::move(role), CopyToHost(tensor), std::move(name));
 }
 

@@ -28,6 +28,10 @@ class StagingArea {
  public:
   // A contiguous CPU copy of `tensor` that shares no memory with it.
   static torch::Tensor CopyToHost(const torch::Tensor& tensor);
+  // NotSupported unless `tensor` holds dense data a host copy can be taken
+  // of: meta tensors (no data), sparse and mkldnn layouts. The message says
+  // what kind of tensor it is; the caller adds which one.
+  static Status CheckStageable(const torch::Tensor& tensor);
   // True when every byte of the (contiguous, host) tensor is zero. Waits
   // for the current capture's copies in flight (the tensor may be one).
   static bool IsAllZeroBytes(const torch::Tensor& host);
@@ -35,7 +39,8 @@ class StagingArea {
   static bool IsAllZeroInPlace(const torch::Tensor& tensor);
 
   // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
-  // duplicate (param_id, role); NotSupported for a dtype the store lacks.
+  // duplicate (param_id, role); NotSupported for a dtype the store lacks or
+  // a tensor CheckStageable refuses.
   Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name = {});
   // Stages an existing host copy (from CopyToHost) without copying again.
   Status AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name = {});

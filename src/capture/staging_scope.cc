@@ -43,14 +43,22 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   if (device.is_cpu()) {
     if (src.is_contiguous() && src.nbytes() >= kParallelCopyBytes && copy_pool_ != nullptr) {
       host_copies_.push_back({src, dst});
+    } else if (src.is_contiguous() && !src.is_conj() && !src.is_neg()) {
+      // Many small tensors: a memcpy costs a fraction of copy_'s dispatch
+      // (copy_ also resolves lazy conjugate/negative views, hence the test).
+      std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
     } else {
       dst.copy_(src);
     }
     return dst;
   }
-  std::unique_ptr<DeviceReadback>& readback = readbacks_[device.str()];
-  if (!readback) readback = std::make_unique<DeviceReadback>(device);
-  readback->Copy(dst, src);
+  // Constructed before it enters the map: a backend without events or
+  // streams throws here, and no null readback is left for Finish.
+  auto it = readbacks_.find(device.str());
+  if (it == readbacks_.end()) {
+    it = readbacks_.emplace(device.str(), std::make_unique<DeviceReadback>(device)).first;
+  }
+  it->second->Copy(dst, src);
   device_dsts_.push_back(dst);
   return dst;
 }

@@ -1,5 +1,7 @@
 #include "restore/apply.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include "capture/scheduler_state.h"
 
 namespace trainsnap::internal {
@@ -17,6 +19,8 @@ Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
       return target.LoadState(bytes);
     } catch (const std::exception& e) {
       return Status::Aborted(std::string("LoadState threw: ") + e.what());
+    } catch (...) {
+      return Status::Aborted("LoadState threw an exception that is not a std::exception");
     }
   };
   for (size_t i = 0; i < extra.size(); ++i) {
@@ -35,8 +39,24 @@ Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
   return Status::OK();
 }
 
+// Why an in-place copy into `live` would throw, or "" when it would not.
+std::string RefusesInPlaceWrites(const torch::Tensor& live) {
+  if (live.layout() != c10::kStrided) return "has layout " + c10::str(live.layout());
+  if (live.is_inference() && !c10::InferenceMode::is_enabled()) {
+    return "is an inference tensor (created under c10::InferenceMode), which LibTorch does not let restore "
+           "write in place outside InferenceMode";
+  }
+  if (at::has_internal_overlap(live) == at::MemOverlap::Yes) {
+    return "has elements that share memory (a stride of 0, e.g. from expand()), which an in-place copy refuses";
+  }
+  return "";
+}
+
+// The live gradient is written in place only when it has the parameter's
+// layout and accepts the write; otherwise it is replaced (cannot fail).
 bool SameLayout(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device();
+  return a.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device() &&
+         RefusesInPlaceWrites(a).empty();
 }
 
 void ApplyGrad(RestorePlan::Grad& grad) {
@@ -64,7 +84,19 @@ void ApplyGrad(RestorePlan::Grad& grad) {
 
 }  // namespace
 
+Status CheckWritable(const RestorePlan& plan) {
+  for (const RestorePlan::Copy& copy : plan.copies) {
+    const std::string why = RefusesInPlaceWrites(copy.live);
+    if (why.empty()) continue;
+    const std::string message = copy.what + " of the target " + why + "; nothing was restored";
+    if (copy.live.layout() != c10::kStrided) return Status::NotSupported(message);
+    return Status::InvalidArgument(message);
+  }
+  return Status::OK();
+}
+
 Status ApplyPlan(RestorePlan& plan) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(plan));
   TRAINSNAP_RETURN_IF_ERROR(ApplyExtra(plan.extra));
   torch::NoGradGuard no_grad;
   for (RestorePlan::Copy& copy : plan.copies) copy.live.copy_(copy.staged);

@@ -22,6 +22,7 @@ struct RestorePlan {
   struct Copy {
     torch::Tensor live;    // a parameter or buffer of the target
     torch::Tensor staged;  // decoded value, same shape and dtype
+    std::string what;      // "parameter `x`", "buffer `y`": for errors
   };
   struct Grad {
     torch::Tensor param;
@@ -44,10 +45,18 @@ struct RestorePlan {
   std::vector<Extra> extra;
 };
 
-// Loads the extra state first: when a Stateful refuses its bytes, the ones
-// already loaded get their previous state back and the error is returned
-// with nothing else touched. Then copies tensors, gradients, optimizer
-// state, scheduler, window and RNG under NoGradGuard.
+// InvalidArgument (NotSupported for a non-strided layout) naming the first
+// live tensor of `plan.copies` that an in-place copy would refuse: an
+// inference tensor outside c10::InferenceMode, a tensor whose elements
+// overlap in memory (stride 0, expand()). Touches nothing. After it passed,
+// ApplyPlan's tensor writes cannot fail.
+Status CheckWritable(const RestorePlan& plan);
+
+// Checks CheckWritable, then loads the extra state: when a Stateful refuses
+// its bytes (or throws), the ones already loaded get their previous state
+// back and the error is returned with nothing else touched. Then copies
+// tensors, gradients, optimizer state, scheduler, window and RNG under
+// NoGradGuard; none of these can fail.
 Status ApplyPlan(RestorePlan& plan);
 
 }  // namespace trainsnap::internal

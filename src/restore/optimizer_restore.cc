@@ -8,24 +8,24 @@ namespace trainsnap::internal {
 
 namespace {
 
-const ContractEntry* FindParam(const Contract& contract, uint64_t id) {
-  for (const auto* entries : {&contract.trainable, &contract.frozen}) {
-    for (const ContractEntry& entry : *entries) {
-      if (entry.id == id) return &entry;
-    }
+bool HasRole(const proto::ParamOptimizerState& state, std::string_view role) {
+  for (const std::string& present : state.roles()) {
+    if (present == role) return true;
   }
-  return nullptr;
+  return false;
 }
 
 template <class Traits>
 Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                   const Contract& contract, const DecodedTensors& decoded, PreparedOptimizer* out) {
+                   const Contract& contract, const DecodedTensors& decoded, bool restore_options,
+                   PreparedOptimizer* out) {
   using Options = typename Traits::Options;
   using State = typename Traits::State;
   out->optimizer = &target;
   // The target's own tensor for every parameter ID its groups hold: the
   // state key is derived from it, never from the snapshot.
-  std::unordered_map<uint64_t, torch::Tensor> tensor_by_id;
+  // With the options in effect after the restore, by parameter ID.
+  std::unordered_map<uint64_t, std::pair<torch::Tensor, const Options*>> tensor_by_id;
   auto& groups = target.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     auto* options = dynamic_cast<Options*>(&groups[g].options());
@@ -33,11 +33,15 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       return Status::ContractMismatch("param group " + std::to_string(g) + ": options are not " + Traits::kName +
                                       "Options");
     }
-    auto restored = std::make_unique<Options>(*options);
-    Traits::LoadOptions(stored.groups(static_cast<int>(g)).options(), *restored);
-    out->group_options.push_back(std::move(restored));
+    const Options* effective = options;
+    if (restore_options) {
+      auto restored = std::make_unique<Options>(*options);
+      Traits::LoadOptions(stored.groups(static_cast<int>(g)).options(), *restored);
+      effective = restored.get();
+      out->group_options.push_back(std::move(restored));
+    }
     for (const torch::Tensor& param : groups[g].params()) {
-      tensor_by_id.emplace(contract.param_ids.at(param.unsafeGetTensorImpl()), param);
+      tensor_by_id.emplace(contract.param_ids.at(param.unsafeGetTensorImpl()), std::make_pair(param, effective));
     }
   }
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
@@ -46,8 +50,8 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       return Status::Corruption("state of parameter " + std::to_string(param_state.param_id()) +
                                 " that no param group holds");
     }
-    const torch::Tensor& param = it->second;
-    const ContractEntry* entry = FindParam(contract, param_state.param_id());
+    const torch::Tensor& param = it->second.first;
+    const ContractEntry* entry = contract.Param(param_state.param_id());
     const std::string what = "parameter `" + (entry ? entry->names.front() : std::string("?")) + "`";
     auto state = std::make_unique<State>();
     Traits::SetStep(*state, param_state.step());
@@ -60,9 +64,18 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       }
     }
     for (std::string_view required : Traits::RequiredRoles()) {
-      bool present = false;
-      for (const std::string& role : param_state.roles()) present = present || role == required;
-      if (!present) return Status::Corruption(what + ": " + Traits::kName + " state lacks " + std::string(required));
+      if (!HasRole(param_state, required)) {
+        return Status::Corruption(what + ": " + Traits::kName + " state lacks " + std::string(required));
+      }
+    }
+    // Only possible with the target's own options (the snapshot's come with
+    // their state): step() would read state that is not there.
+    for (std::string_view needed : Traits::RolesNeededBy(*it->second.second)) {
+      if (!HasRole(param_state, needed)) {
+        return Status::ContractMismatch(what + ": the target's " + Traits::kName + " options need state " +
+                                        std::string(needed) + ", which the snapshot lacks; restore the " +
+                                        "snapshot's options (RestoreOptions::restore_optimizer_options)");
+      }
     }
     out->state.emplace_back(OptimizerStateKey(param), std::move(state));
   }
@@ -74,7 +87,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
 Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contract& target,
                             std::vector<WantedTensor>* wanted) {
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
-    const ContractEntry* entry = FindParam(target, param_state.param_id());
+    const ContractEntry* entry = target.Param(param_state.param_id());
     if (entry == nullptr) {
       return Status::ContractMismatch("optimizer state of parameter ID " + std::to_string(param_state.param_id()) +
                                       ": absent from the target models");
@@ -92,17 +105,20 @@ Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contra
 }
 
 Result<PreparedOptimizer> PrepareOptimizer(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                                           const Contract& contract, const DecodedTensors& decoded) {
+                                           const Contract& contract, const DecodedTensors& decoded,
+                                           bool restore_options) {
   PreparedOptimizer prepared;
   TRAINSNAP_RETURN_IF_ERROR(VisitOptimizer(target, [&](auto traits) {
-    return PrepareWith<decltype(traits)>(stored, target, contract, decoded, &prepared);
+    return PrepareWith<decltype(traits)>(stored, target, contract, decoded, restore_options, &prepared);
   }));
   return prepared;
 }
 
 void ApplyOptimizer(PreparedOptimizer& prepared) {
   auto& groups = prepared.optimizer->param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].set_options(std::move(prepared.group_options[g]));
+  for (size_t g = 0; g < prepared.group_options.size(); ++g) {
+    groups[g].set_options(std::move(prepared.group_options[g]));
+  }
   auto& state = prepared.optimizer->state();
   state.clear();
   for (auto& [key, entry] : prepared.state) state[key] = std::move(entry);

@@ -23,17 +23,23 @@ Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contra
 
 struct PreparedOptimizer {
   torch::optim::Optimizer* optimizer = nullptr;
-  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;  // one per group
+  // One per group; empty when the target keeps its own options.
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> group_options;
   std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> state;
 };
 
-// Builds the restored groups' options and state entries (tensors on the
-// parameters' devices). Expects CheckComposition to have passed; Corruption
-// for state the manifest describes inconsistently.
+// Builds the restored groups' options (unless `restore_options` is false:
+// the target keeps its own) and state entries (tensors on the parameters'
+// devices). Expects CheckComposition to have passed; Corruption for state
+// the manifest describes inconsistently; ContractMismatch when the options
+// kept lack state they need (e.g. the caller's amsgrad, a snapshot without
+// max_exp_avg_sq).
 Result<PreparedOptimizer> PrepareOptimizer(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                                           const Contract& contract, const DecodedTensors& decoded);
+                                           const Contract& contract, const DecodedTensors& decoded,
+                                           bool restore_options = true);
 
-// Replaces every group's options and the whole state map. Does not throw.
+// Replaces the whole state map and every group's options (those prepared).
+// Does not throw.
 void ApplyOptimizer(PreparedOptimizer& prepared);
 
 }  // namespace trainsnap::internal

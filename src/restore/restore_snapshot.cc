@@ -22,13 +22,14 @@ WantedTensor Want(uint64_t id, std::string role, const Message& stored) {
   return want;
 }
 
-const ContractEntry& EntryOf(const std::vector<ContractEntry>& entries, uint64_t id) {
-  for (const ContractEntry& entry : entries) {
-    if (entry.id == id) return entry;
-  }
+const ContractEntry& EntryOf(const ContractEntry* entry) {
   // CheckContract found every ID before; reaching here is a bug.
-  throw std::logic_error("contract entry vanished");
+  if (entry == nullptr) throw std::logic_error("contract entry vanished");
+  return *entry;
 }
+
+// As capture names them: "optimizer" for TrainingState::optimizer.
+std::string OptimizerName(const std::string& key) { return key.empty() ? "optimizer" : "optimizer `" + key + "`"; }
 
 Status CheckModels(const proto::TrainingManifest& manifest, const std::vector<NamedModel>& models) {
   std::vector<std::string> stored(manifest.models().begin(), manifest.models().end());
@@ -57,8 +58,8 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   TRAINSNAP_RETURN_IF_ERROR(CheckModels(manifest, models));
   TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
   TRAINSNAP_RETURN_IF_ERROR(CheckContract(manifest, contract));
+  TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));  // before the base's content hash reads them
   TRAINSNAP_RETURN_IF_ERROR(CheckBaseIdentity(manifest.base(), contract, base_label, base));
-  TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));
   TRAINSNAP_RETURN_IF_ERROR(CheckComposition(manifest, target, optimizers, contract));
   std::optional<PreparedRng> rng;
   if (target.rng) {
@@ -78,15 +79,16 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
     TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
-                                  .WithContext("optimizer `" + stored.name() + "`"));
+                                  .WithContext(OptimizerName(stored.name())));
   }
   TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, wanted));
 
   // Prepare every write; still nothing live is touched.
   RestorePlan plan;
   for (const proto::ContractParam& param : manifest.params()) {
-    const ContractEntry& entry = EntryOf(contract.trainable, param.id());
-    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(param.id(), "param"))});
+    const ContractEntry& entry = EntryOf(contract.Trainable(param.id()));
+    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(param.id(), "param")),
+                           "parameter `" + entry.names.front() + "`"});
     if (!options.restore_gradients) continue;
     RestorePlan::Grad grad;
     grad.param = entry.tensor;
@@ -97,16 +99,19 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     plan.grads.push_back(std::move(grad));
   }
   for (const proto::ModelTensor& stored : manifest.model_tensors()) {
-    const ContractEntry& entry = EntryOf(stored.role() == "buffer" ? contract.buffers : contract.frozen, stored.id());
-    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(stored.id(), stored.role()))});
+    const bool buffer = stored.role() == "buffer";
+    const ContractEntry& entry = EntryOf(buffer ? contract.Buffer(stored.id()) : contract.Frozen(stored.id()));
+    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(stored.id(), stored.role())),
+                           (buffer ? "buffer `" : "parameter `") + entry.names.front() + "`"});
   }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
     torch::optim::Optimizer* optimizer = nullptr;
     for (const NamedOptimizer& named : optimizers) {
       if (named.key == stored.name()) optimizer = named.optimizer;
     }
-    Result<PreparedOptimizer> prepared = PrepareOptimizer(stored, *optimizer, contract, decoded);
-    if (!prepared.ok()) return prepared.status().WithContext("optimizer `" + stored.name() + "`");
+    Result<PreparedOptimizer> prepared =
+        PrepareOptimizer(stored, *optimizer, contract, decoded, options.restore_optimizer_options);
+    if (!prepared.ok()) return prepared.status().WithContext(OptimizerName(stored.name()));
     plan.optimizers.push_back(std::move(prepared).value());
   }
   if (target.scheduler != nullptr) {
@@ -123,7 +128,8 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     plan.extra.push_back({extra.name(), target.extra.at(extra.name()), extra.state()});
   }
 
-  // 4. Copy in.
+  // 4. Copy in: ApplyPlan checks that every live tensor accepts the write
+  // before the first one.
   return ApplyPlan(plan);
 }
 

@@ -41,13 +41,6 @@ Status CheckTensor(const std::string& what, const Message& expected, const torch
   return Status::OK();
 }
 
-const ContractEntry* FindEntry(const std::vector<ContractEntry>& entries, uint64_t id) {
-  for (const ContractEntry& entry : entries) {
-    if (entry.id == id) return &entry;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 Result<proto::TrainingManifest> ParseManifest(const std::string& bytes) {
@@ -68,7 +61,7 @@ Status CheckContract(const proto::TrainingManifest& manifest, const Contract& ta
     auto it = target.trainable_index.find(param.id());
     if (it == target.trainable_index.end()) {
       return Status::ContractMismatch(what + ": expected a trainable parameter, actual: " +
-                                      (FindEntry(target.frozen, param.id()) ? "frozen in the target"
+                                      (target.Frozen(param.id()) ? "frozen in the target"
                                                                             : "absent from the target"));
     }
     const ContractEntry& entry = target.trainable[it->second];
@@ -89,7 +82,7 @@ Status CheckContract(const proto::TrainingManifest& manifest, const Contract& ta
     const bool buffer = stored.role() == "buffer";
     const std::string what = std::string(buffer ? "buffer `" : "parameter `") +
                              (stored.names().empty() ? std::string("?") : stored.names(0)) + "`";
-    const ContractEntry* entry = FindEntry(buffer ? target.buffers : target.frozen, stored.id());
+    const ContractEntry* entry = buffer ? target.Buffer(stored.id()) : target.Frozen(stored.id());
     if (entry == nullptr) return Status::ContractMismatch(what + ": in the snapshot, absent from the target");
     TRAINSNAP_RETURN_IF_ERROR(CheckTensor(what, stored, entry->tensor));
   }

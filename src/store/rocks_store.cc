@@ -33,6 +33,7 @@
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
 #include "store/snapshot_writer.h"
+#include "store/store_pin.h"
 #include "store/thread_priority.h"
 
 namespace trainsnap::internal {
@@ -718,6 +719,7 @@ Status RocksStore::AcknowledgeLostCommits() {
 }
 
 RocksStore::~RocksStore() {
+  AbortIfPinned(this, path_);  // a Checkpointer's captures in flight would use it after free
   if (pool_) pool_->join();
   DbHandles h{txn_db_, db_, handles_};
   CloseRocks(&h);
@@ -1316,6 +1318,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   wo.sync = sync_;
   rocksdb::WriteBatch batch;
   const std::string step_key = EncodeStepKey(info.step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckRetentionKeeps(info.step));
   std::string existing;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
   if (s.ok()) {
@@ -1376,7 +1379,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   bool flushed = false;
   // Retention collects garbage: not while a loss is unacknowledged.
   if (retention_.keep_last > 0 && !lost_commits()) {
-    auto pruned = PruneLocked(retention_, /*full_gc=*/false);
+    auto pruned = PruneLocked(retention_, /*full_gc=*/false, info.step);
     if (pruned.ok()) deleted_since_reclaim_ += pruned->gc.bytes_deleted;
     // Bounded garbage: the blob files stay within 1 + kMaxGarbageRatio of
     // the live values, plus what was deleted since the last reclaim.
@@ -1710,7 +1713,26 @@ Result<GcPlan> RocksStore::PlanCollection(const std::vector<int64_t>& steps, con
   return plan;
 }
 
-Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool full_gc) {
+Status RocksStore::CheckRetentionKeeps(int64_t step) {
+  if (retention_.keep_last <= 0) return Status::OK();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), snapshots_cf_));
+  it->SeekToLast();
+  if (!it->Valid()) return FromRocks(it->status(), "latest snapshot");
+  TRAINSNAP_ASSIGN_OR_RETURN(int64_t latest,
+                             DecodeStepKey(std::string_view(it->key().data(), it->key().size())));
+  if (step >= latest) return Status::OK();
+  // Retention keeps the highest steps, and Latest() is the highest step: a
+  // snapshot committed below it would be pruned as soon as keep_last higher
+  // ones exist, and would never be the one RestoreLatest returns. A run that
+  // resumed from an older step must drop the abandoned later snapshots first.
+  return Status::InvalidArgument(StepName(step) + " is below the latest stored " + StepName(latest) +
+                                 ": retention (keep_last = " + std::to_string(retention_.keep_last) +
+                                 ") keeps the highest steps and RestoreLatest returns the highest; "
+                                 "Rollback to the step the run resumed from first, or keep steps increasing");
+}
+
+Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool full_gc,
+                                            std::optional<int64_t> committed) {
   PruneReport report;
   if (policy.keep_last <= 0) return report;  // keep_last = 0 keeps everything
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps());
@@ -1719,6 +1741,8 @@ Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool 
                                : 0;
   for (size_t i = 0; i < keep_from; ++i) {
     if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) continue;
+    // A commit never deletes the snapshot it has just acknowledged.
+    if (committed.has_value() && steps[i] == *committed) continue;
     report.deleted_steps.push_back(steps[i]);
   }
   std::vector<ChunkRef> released;

@@ -196,8 +196,13 @@ class RocksStore final : public Store {
                                GcReport report);
   Result<GcReport> CollectGarbageLocked(const ProgressFn& progress);
   // full_gc: scan every chunk afterwards; otherwise only those the deleted
-  // snapshots referenced (cheap enough to run after every commit).
-  Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc);
+  // snapshots referenced (cheap enough to run after every commit). Never
+  // deletes `committed` (the snapshot whose commit runs the prune).
+  Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc,
+                                  std::optional<int64_t> committed = std::nullopt);
+  // With retention on (keep_last > 0): InvalidArgument when `step` is below
+  // the latest stored step (see RetentionPolicy). Caller holds commit_mu_.
+  Status CheckRetentionKeeps(int64_t step);
   // Decodes the value of chunk `hash` (raw_bytes long) into dst and checks
   // its hash; a delta chunk's base is decoded first (recursively), and must
   // be one level shallower. The base's value is `base_value` when given

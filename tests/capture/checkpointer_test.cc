@@ -3,7 +3,9 @@
 // and the size of a snapshot against torch::save of the same state.
 #include "trainsnap/checkpointer.h"
 
+#include <map>
 #include <sstream>
+#include <string_view>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -136,6 +138,139 @@ TEST(CheckpointerTest, RestoreLatestOfAnEmptyStoreIsNotFound) {
   Status status = checkpointer.RestoreLatest(rig.State());
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   EXPECT_EQ(checkpointer.Restore(3, rig.State()).code(), StatusCode::kNotFound);
+}
+
+// RetentionPolicy counts steps: with keep_last = 2, a capture below the
+// latest step is refused before anything is written (its own commit would
+// otherwise prune it and RestoreLatest return the later step), and every
+// capture that is acknowledged is still stored after its commit's prune.
+TEST(CheckpointerTest, RetentionRefusesAStepBelowTheLatestAndKeepsWhatItAcknowledged) {
+  TempStore ts;
+  ts.Close();
+  RetentionPolicy retention;
+  retention.keep_last = 2;
+  ts.Open(retention);
+  Rig rig(Opt::kAdam);
+  Checkpointer checkpointer(*ts.store);
+  std::map<int64_t, std::map<std::string, torch::Tensor>> states;
+  for (int64_t step = 1; step <= 5; ++step) {
+    rig.MicroStep();
+    ASSERT_TRUE(checkpointer.Capture(step, rig.State()).ok());
+    ASSERT_TRUE(ts.store->Info(step).ok()) << "step " << step << " pruned by its own commit";
+    states[step] = Fingerprint(rig.State());
+  }
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    auto list = ts.store->List();  // named: a range-for over List().value() would dangle
+    for (const SnapshotInfo& info : list.value()) out.push_back(info.step);
+    return out;
+  };
+  ASSERT_EQ(steps(), (std::vector<int64_t>{4, 5}));
+
+  // A run resumed from step 4 that reuses the old step counter.
+  Rig resumed(Opt::kAdam);
+  ASSERT_TRUE(checkpointer.Restore(4, resumed.State()).ok());
+  resumed.MicroStep();
+  Status status = checkpointer.Capture(3, resumed.State());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "capture step 3: step 3 is below the latest stored step 5: retention (keep_last = 2) keeps the highest "
+            "steps and RestoreLatest returns the highest; Rollback to the step the run resumed from first, or keep "
+            "steps increasing");
+  EXPECT_EQ(steps(), (std::vector<int64_t>{4, 5}));
+  Rig latest(Opt::kAdam);
+  ASSERT_TRUE(checkpointer.RestoreLatest(latest.State()).ok());
+  EXPECT_EQ(FirstDifference(states[5], Fingerprint(latest.State())), "");
+
+  // What the header says to do: roll back to the step resumed from, then
+  // capture on; RestoreLatest returns the resumed run's state.
+  ASSERT_TRUE(ts.store->Rollback(4).ok());
+  ASSERT_TRUE(checkpointer.Capture(5, resumed.State()).ok());
+  const auto resumed_state = Fingerprint(resumed.State());
+  resumed.MicroStep();
+  ASSERT_TRUE(checkpointer.Capture(6, resumed.State()).ok());
+  EXPECT_EQ(steps(), (std::vector<int64_t>{5, 6}));
+  Rig check(Opt::kAdam);
+  ASSERT_TRUE(checkpointer.Restore(5, check.State()).ok());
+  EXPECT_EQ(FirstDifference(resumed_state, Fingerprint(check.State())), "");
+  ASSERT_TRUE(checkpointer.RestoreLatest(check.State()).ok());
+  EXPECT_EQ(FirstDifference(Fingerprint(resumed.State()), Fingerprint(check.State())), "");
+}
+
+// Tensors the pipeline cannot stage fail the capture with NotSupported
+// naming the tensor; nothing is committed and the checkpointer goes on.
+TEST(CheckpointerTest, UnstageableTensorsAreNotSupportedAndNamed) {
+  TempStore ts;
+  Checkpointer checkpointer(*ts.store);
+  auto expect_refused = [&](torch::nn::Module& module, ModelState mode, const std::string& message) {
+    TrainingState state;
+    state.model = &module;
+    state.rng = false;
+    CheckpointerOptions options;
+    options.model_state = mode;
+    Checkpointer with_mode(*ts.store, options);
+    Status status = with_mode.Capture(1, state);
+    EXPECT_EQ(status.code(), StatusCode::kNotSupported) << status.ToString();
+    EXPECT_EQ(status.message(), message);
+  };
+  {
+    torch::nn::Module module;
+    module.register_parameter("w", torch::randn({4}));
+    module.register_parameter("meta_w", torch::empty({4, 4}, torch::TensorOptions().device(torch::kMeta)));
+    expect_refused(module, ModelState::kTrainable,
+                   "capture step 1: parameter `meta_w`: meta tensor: it has no data to capture");
+  }
+  {
+    torch::nn::Module module;  // a frozen meta base, captured under kFull only
+    module.register_parameter("w", torch::randn({4}));
+    module.register_parameter("base", torch::empty({8}, torch::TensorOptions().device(torch::kMeta)),
+                              /*requires_grad=*/false);
+    expect_refused(module, ModelState::kFull, "capture step 1: parameter `base`: meta tensor: it has no data to capture");
+  }
+  {
+    torch::nn::Module module;
+    module.register_parameter("w", torch::randn({3, 3}));
+    module.register_buffer("adjacency", torch::eye(3).to_sparse());
+    expect_refused(module, ModelState::kTrainableAndBuffers,
+                   "capture step 1: buffer `adjacency`: sparse tensor (layout Sparse): only dense (strided) tensors "
+                   "are captured; convert it with to_dense()");
+  }
+  {
+    torch::nn::Module module;
+    torch::Tensor w = module.register_parameter("w", torch::randn({3, 3}));
+    w.mutable_grad() = torch::eye(3).to_sparse();  // an embedding's sparse gradient
+    expect_refused(module, ModelState::kTrainable,
+                   "capture step 1: parameter `w`: gradient: sparse tensor (layout Sparse): only dense (strided) "
+                   "tensors are captured; convert it with to_dense()");
+  }
+  if (at::hasMKLDNN()) {  // mkldnn tensors exist only in builds with oneDNN
+    torch::nn::Module module;
+    module.register_parameter("w", torch::randn({3, 3}));
+    module.register_buffer("packed", torch::randn({2, 2}).to_mkldnn());
+    expect_refused(module, ModelState::kTrainableAndBuffers,
+                   "capture step 1: buffer `packed`: mkldnn tensor: only dense (strided) tensors are captured; "
+                   "convert it with to_dense()");
+  }
+  EXPECT_TRUE(ts.store->List()->empty());
+  Rig rig(Opt::kAdam);
+  ASSERT_TRUE(checkpointer.Capture(2, rig.State()).ok());
+}
+
+// A Stateful may throw anything; Capture turns it into Aborted and commits nothing.
+TEST(CheckpointerTest, NonStandardExceptionFromAStatefulIsAborted) {
+  struct Throws : Stateful {
+    std::string SaveState() const override { throw 42; }
+    Status LoadState(std::string_view) override { return Status::OK(); }
+  } throws;
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  TrainingState state = rig.State();
+  state.extra["throws"] = &throws;
+  Checkpointer checkpointer(*ts.store);
+  Status status = checkpointer.Capture(1, state);
+  EXPECT_EQ(status.code(), StatusCode::kAborted);
+  EXPECT_EQ(status.message(), "capture step 1: an exception that is not a std::exception was thrown");
+  EXPECT_TRUE(ts.store->List()->empty());
 }
 
 // The figure the issue asks for: bytes per snapshot of a small LoRA-style

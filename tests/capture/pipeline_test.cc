@@ -5,6 +5,9 @@
 #include "capture/pipeline.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -249,6 +252,51 @@ TEST(PipelineTest, DestructorWaitsForCapturesInFlight) {
   torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
   ExpectRestoresTo(*ts.store, 10, Opt::kAdamW, expected);
   SetCpuRngState(rng);
+}
+
+// Destroying the Store under a Checkpointer with a capture in flight aborts
+// with a message (checkpointer.h) instead of a use after free.
+TEST(PipelineDeathTest, DestroyingTheStoreWithCapturesInFlightAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the pipeline runs threads
+  // The child re-executes this test from the start; it takes the parent's
+  // store path from the environment, so that the parent removes what the
+  // aborted child leaves behind.
+  const char* inherited = std::getenv("TRAINSNAP_DEATH_TEST_STORE");
+  const std::string path =
+      inherited != nullptr ? std::string(inherited)
+                           : (std::filesystem::temp_directory_path() /
+                              ("trainsnap_pipeline_death_" + std::to_string(::getpid())))
+                                 .string();
+  ASSERT_EQ(setenv("TRAINSNAP_DEATH_TEST_STORE", path.c_str(), 1), 0);
+  EXPECT_DEATH(
+      {
+        StoreOptions options;
+        options.sync = false;
+        std::unique_ptr<Store> store = Store::Open(path, options).value();
+        Rig rig(Opt::kAdam);
+        SlowEncoder slow(5000);
+        auto* checkpointer = new Checkpointer(*store);  // outlives its store: the misuse
+        (void)checkpointer->CaptureAsync(3, rig.State());
+        store.reset();
+      },
+      "trainsnap: Store .* destroyed while a Checkpointer still has captures in flight \\(capture step 3\\); "
+      "call Checkpointer::Flush\\(\\) or destroy the Checkpointer before its Store");
+  unsetenv("TRAINSNAP_DEATH_TEST_STORE");
+  std::filesystem::remove_all(path);
+}
+
+TEST(PipelineTest, StoreMayBeDestroyedOnceCapturesAreFlushed) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  SlowEncoder slow(20);
+  Checkpointer checkpointer(*ts.store);
+  ASSERT_TRUE(checkpointer.CaptureAsync(1, rig.State()).ok());
+  ASSERT_TRUE(checkpointer.Flush().ok());
+  ts.Close();  // no capture in flight: no abort, even with the Checkpointer alive
+  ts.Open();
+  auto latest = ts.store->Latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->value_or(-1), 1);
 }
 
 }  // namespace

@@ -228,5 +228,98 @@ TEST(RestoreSnapshotTest, ParamGroupOptionsAndSchedulerComeBack) {
   EXPECT_EQ(resumed.window.micro_step, 0);
 }
 
+// RestoreOptions::restore_optimizer_options: by default the snapshot's
+// hyperparameters replace the caller's; when false the caller's stay and
+// only the per-parameter state comes back.
+TEST(RestoreSnapshotTest, OptimizerHyperparametersAreTheSnapshotsUnlessKept) {
+  TempStore ts;
+  Rig reference(Opt::kAdamW);  // lr 1e-2, weight decay 0.05
+  for (int i = 0; i < 4; ++i) reference.MicroStep();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(4, reference.State()).ok());
+  const auto expected = Fingerprint(reference.State());
+  auto make_target = [] {
+    auto rig = std::make_unique<Rig>(Opt::kAdamW);
+    auto& options = static_cast<torch::optim::AdamWOptions&>(rig->optimizer->param_groups()[0].options());
+    options.lr(0.25).weight_decay(0.5).betas({0.8, 0.95}).eps(1e-6);
+    return rig;
+  };
+  auto target = make_target();
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(4, target->State()).ok());
+  EXPECT_EQ(FirstDifference(expected, Fingerprint(target->State())), "");
+  auto& restored = static_cast<torch::optim::AdamWOptions&>(target->optimizer->param_groups()[0].options());
+  EXPECT_EQ(restored.lr(), 1e-2);
+  EXPECT_EQ(restored.weight_decay(), 0.05);
+
+  auto kept = make_target();
+  RestoreOptions keep;
+  keep.restore_optimizer_options = false;
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(4, kept->State(), keep).ok());
+  auto& options = static_cast<torch::optim::AdamWOptions&>(kept->optimizer->param_groups()[0].options());
+  EXPECT_EQ(options.lr(), 0.25);
+  EXPECT_EQ(options.weight_decay(), 0.5);
+  EXPECT_EQ(options.betas(), std::make_tuple(0.8, 0.95));
+  EXPECT_EQ(options.eps(), 1e-6);
+  // Everything else is the snapshot's: only the group options differ.
+  auto actual = Fingerprint(kept->State());
+  EXPECT_NE(FirstDifference(expected, actual), "");
+  actual.erase("opt/group0#lr");
+  actual.erase("opt/group0#opts");
+  auto expected_rest = expected;
+  expected_rest.erase("opt/group0#lr");
+  expected_rest.erase("opt/group0#opts");
+  EXPECT_EQ(FirstDifference(expected_rest, actual), "");
+}
+
+// Kept options that need state the snapshot lacks (amsgrad without
+// max_exp_avg_sq) would make the next step() throw: refused, nothing changed.
+TEST(RestoreSnapshotTest, KeptOptionsNeedingAbsentStateAreAContractMismatch) {
+  TempStore ts;
+  Rig reference(Opt::kAdam);  // amsgrad off
+  for (int i = 0; i < 3; ++i) reference.MicroStep();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(3, reference.State()).ok());
+  Rig target(Opt::kAdamAmsgrad);
+  for (int i = 0; i < 3; ++i) target.MicroStep();
+  const auto before = Fingerprint(target.State());
+  RestoreOptions keep;
+  keep.restore_optimizer_options = false;
+  Status status = Checkpointer(*ts.store).Restore(3, target.State(), keep);
+  EXPECT_EQ(status.code(), StatusCode::kContractMismatch);
+  EXPECT_EQ(status.message(),
+            "restore step 3: optimizer: parameter `l1.lora_a`: the target's Adam options need state "
+            "max_exp_avg_sq, which the snapshot lacks; restore the snapshot's options "
+            "(RestoreOptions::restore_optimizer_options)");
+  EXPECT_EQ(FirstDifference(before, Fingerprint(target.State())), "");
+  // With the snapshot's options (amsgrad off again) the same restore succeeds.
+  ASSERT_TRUE(Checkpointer(*ts.store).Restore(3, target.State()).ok());
+}
+
+// A view of another parameter at storage offset 0 is a parameter of its own,
+// not a tie that disagrees: captured and restored like any other.
+TEST(RestoreSnapshotTest, ViewAtStorageOffsetZeroRoundTrips) {
+  auto make = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    auto model = std::make_shared<torch::nn::Module>();
+    torch::Tensor w = model->register_parameter("w", torch::randn({4, 4}));
+    model->register_parameter("row0", w.detach()[0], /*requires_grad=*/false);
+    return model;
+  };
+  TempStore ts;
+  auto source = make(1);
+  CheckpointerOptions full;
+  full.model_state = ModelState::kFull;
+  TrainingState state;
+  state.model = source.get();
+  state.rng = false;
+  Status captured = Checkpointer(*ts.store, full).Capture(1, state);
+  ASSERT_TRUE(captured.ok()) << captured.ToString();
+  auto target = make(2);
+  TrainingState target_state;
+  target_state.model = target.get();
+  target_state.rng = false;
+  Status restored = Checkpointer(*ts.store, full).Restore(1, target_state);
+  ASSERT_TRUE(restored.ok()) << restored.ToString();
+  EXPECT_EQ(FirstDifference(Fingerprint(state), Fingerprint(target_state)), "");
+}
+
 }  // namespace
 }  // namespace trainsnap

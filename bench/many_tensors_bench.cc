@@ -1,0 +1,236 @@
+// many_tensors_bench: capture, stall and restore of a state made of many
+// small tensors (issue 18, item 4), against torch::save / torch::load of the
+// same tensors in the same run. For each count N: one module with N
+// parameters of `floats` float32 each and an Adam optimizer after one step
+// (state: exp_avg, exp_avg_sq), so a snapshot holds 3N tensors.
+//   capture  -- Checkpointer::Capture (stage, encode, commit);
+//   stall    -- Checkpointer::CaptureAsync on the calling thread (then Wait);
+//   restore  -- Checkpointer::Restore into a second module + optimizer;
+//   save / load -- torch::save / torch::load of the same 3N tensors;
+//   manifest -- SnapshotInfo::manifest_bytes of a snapshot (what each one repeats).
+// Medians of `runs` repetitions. Prints a table and the ratios the issue
+// asks for (50k / 5k, restore / torch::load); writes JSON with --json.
+// Usage: many_tensors_bench [--counts 5000,10000,20000,50000] [--floats 64]
+//                           [--runs 3] [--dir /tmp/many_tensors_bench] [--json out.json]
+//                           [--worker-nice 0]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/store.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using trainsnap::Checkpointer;
+using trainsnap::Status;
+using trainsnap::Store;
+using trainsnap::TrainingState;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void Check(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+struct Net {
+  std::shared_ptr<torch::nn::Module> module = std::make_shared<torch::nn::Module>();
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  Net(int64_t count, int64_t floats) {
+    std::vector<torch::Tensor> params;
+    params.reserve(count);
+    for (int64_t i = 0; i < count; ++i) {
+      params.push_back(module->register_parameter("p" + std::to_string(i), torch::randn({floats})));
+    }
+    optimizer = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+  }
+  // One optimizer step with a gradient of ones: every tensor changes.
+  void Step() {
+    for (auto& p : module->parameters()) p.mutable_grad() = torch::ones_like(p);
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  TrainingState State() {
+    TrainingState state;
+    state.model = module.get();
+    state.optimizer = optimizer.get();
+    state.rng = false;
+    return state;
+  }
+  // The same tensors torch::save writes: parameters, exp_avg, exp_avg_sq.
+  std::vector<torch::Tensor> Tensors() {
+    std::vector<torch::Tensor> out;
+    for (auto& p : module->parameters()) {
+      out.push_back(p);
+      auto& state = static_cast<torch::optim::AdamParamState&>(
+          *optimizer->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+      out.push_back(state.exp_avg());
+      out.push_back(state.exp_avg_sq());
+    }
+    return out;
+  }
+};
+
+struct Figures {
+  int64_t count = 0;
+  double capture = 0, stall = 0, restore = 0, save = 0, load = 0;
+  uint64_t manifest_bytes = 0, logical_bytes = 0, tensors = 0;
+};
+
+Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  trainsnap::StoreOptions options;
+  options.sync = false;  // the figures are CPU work, not fsync latency
+  options.worker_nice = worker_nice;
+  auto opened = Store::Open((dir / "store").string(), options);
+  Check(opened.status(), "open");
+  std::unique_ptr<Store> store = std::move(opened).value();
+  torch::manual_seed(1);
+  Net net(count, floats);
+  net.Step();
+  Net target(count, floats);
+  target.Step();
+
+  Figures f;
+  f.count = count;
+  std::vector<double> capture, stall, restore, save, load;
+  Checkpointer checkpointer(*store);
+  int64_t step = 0;
+  for (int run = 0; run < runs; ++run) {
+    net.Step();
+    auto a = Clock::now();
+    Check(checkpointer.Capture(++step, net.State()), "capture");
+    capture.push_back(Seconds(a, Clock::now()));
+
+    net.Step();
+    a = Clock::now();
+    auto handle = checkpointer.CaptureAsync(++step, net.State());
+    stall.push_back(Seconds(a, Clock::now()));
+    Check(handle.status(), "capture async");
+    Check(handle->Wait(), "capture async wait");
+
+    a = Clock::now();
+    Check(checkpointer.Restore(step, target.State()), "restore");
+    restore.push_back(Seconds(a, Clock::now()));
+
+    const std::string file = (dir / "tensors.pt").string();
+    std::vector<torch::Tensor> tensors = net.Tensors();
+    a = Clock::now();
+    torch::save(tensors, file);
+    save.push_back(Seconds(a, Clock::now()));
+    std::vector<torch::Tensor> loaded;
+    a = Clock::now();
+    torch::load(loaded, file);
+    load.push_back(Seconds(a, Clock::now()));
+    if (loaded.size() != tensors.size()) std::abort();
+  }
+  auto info = store->Info(step);
+  Check(info.status(), "info");
+  f.manifest_bytes = info->manifest_bytes;
+  f.logical_bytes = info->logical_bytes;
+  f.tensors = info->tensors;
+  f.capture = Median(capture);
+  f.stall = Median(stall);
+  f.restore = Median(restore);
+  f.save = Median(save);
+  f.load = Median(load);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> counts = {5000, 10000, 20000, 50000};
+  int64_t floats = 64;
+  int runs = 3;
+  std::string dir_arg = "/tmp/many_tensors_bench";
+  std::string json_path;
+  // Not the store's default (19): on a machine shared with other work at
+  // nice 0, workers at 19 get almost no CPU and Capture/Restore measure the
+  // scheduler instead of the code.
+  int worker_nice = 0;
+  CLI::App app{"many_tensors_bench: many small tensors against torch::save/torch::load (bench/README.md)"};
+  app.add_option("--counts", counts, "parameter counts (each with 2 Adam state tensors)")->delimiter(',');
+  app.add_option("--floats", floats, "float32 elements per tensor")->check(CLI::PositiveNumber);
+  app.add_option("--runs", runs, "repetitions per count (medians are reported)")->check(CLI::PositiveNumber);
+  app.add_option("--dir", dir_arg, "scratch directory (removed at the end)");
+  app.add_option("--json", json_path, "write the figures as JSON to this file");
+  app.add_option("--worker-nice", worker_nice, "StoreOptions::worker_nice")->check(CLI::Range(0, 19));
+  CLI11_PARSE(app, argc, argv);
+  torch::set_num_threads(1);
+
+  std::vector<Figures> all;
+  std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s\n", "params", "tensors", "capture", "stall", "restore",
+              "save", "load", "rest/load", "manifest");
+  for (int64_t count : counts) {
+    Figures f = Measure(count, floats, runs, worker_nice, dir_arg);
+    std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB\n",
+                static_cast<long long>(count), static_cast<unsigned long long>(f.tensors), f.capture * 1e3,
+                f.stall * 1e3, f.restore * 1e3, f.save * 1e3, f.load * 1e3, f.restore / f.load,
+                f.manifest_bytes / 1e3);
+    std::fflush(stdout);
+    all.push_back(f);
+  }
+  std::filesystem::remove_all(dir_arg);
+
+  nlohmann::json out;
+  out["bench"] = "many_tensors_bench";
+  out["floats_per_tensor"] = floats;
+  out["runs"] = runs;
+  out["worker_nice"] = worker_nice;
+  for (const Figures& f : all) {
+    out["results"].push_back({{"params", f.count},
+                              {"tensors", f.tensors},
+                              {"logical_bytes", f.logical_bytes},
+                              {"manifest_bytes", f.manifest_bytes},
+                              {"capture_s", f.capture},
+                              {"stall_s", f.stall},
+                              {"restore_s", f.restore},
+                              {"torch_save_s", f.save},
+                              {"torch_load_s", f.load},
+                              {"restore_over_torch_load", f.restore / f.load}});
+  }
+  if (all.size() >= 2) {
+    const Figures& first = all.front();
+    const Figures& last = all.back();
+    const double scale = static_cast<double>(last.count) / static_cast<double>(first.count);
+    out["scaling"] = {{"count_ratio", scale},
+                      {"capture_ratio", last.capture / first.capture},
+                      {"stall_ratio", last.stall / first.stall},
+                      {"restore_ratio", last.restore / first.restore}};
+    std::printf("%lld -> %lld params (%.0fx): capture %.1fx, stall %.1fx, restore %.1fx; restore / torch::load at "
+                "%lld: %.2fx\n",
+                static_cast<long long>(first.count), static_cast<long long>(last.count), scale,
+                last.capture / first.capture, last.stall / first.stall, last.restore / first.restore,
+                static_cast<long long>(last.count), last.restore / last.load);
+  }
+  if (!json_path.empty()) {
+    std::ofstream file(json_path);
+    file << out.dump(2) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
