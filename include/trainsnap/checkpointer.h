@@ -163,8 +163,9 @@ class Checkpointer {
   // version is NotSupported. On error every live object is left bitwise
   // unchanged (a Stateful that refuses its bytes is rolled back with the rest).
   Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options = {});
-  // Restores the latest snapshot; NotFound when the store has none.
-  Status RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
+  // Restores the latest snapshot and returns its step; NotFound when the
+  // store has none. Errors are those of Restore.
+  Result<int64_t> RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
 
  private:
   class Impl;

@@ -146,13 +146,18 @@ Status Checkpointer::Restore(int64_t step, const TrainingState& target, const Re
   return Guarded("restore step " + std::to_string(step), [&] { return impl_->Restore(step, target, options); });
 }
 
-Status Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
-  return Guarded("restore latest", [&]() -> Status {
+Result<int64_t> Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
+  int64_t restored = -1;
+  Status status = Guarded("restore latest", [&]() -> Status {
     impl_->WaitIdle();  // the latest may still be in flight
     TRAINSNAP_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl_->store().Latest());
     if (!latest.has_value()) return Status::NotFound("the store holds no snapshot");
-    return impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest));
+    TRAINSNAP_RETURN_IF_ERROR(impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest)));
+    restored = *latest;
+    return Status::OK();
   });
+  if (!status.ok()) return status;
+  return restored;
 }
 
 }  // namespace trainsnap

@@ -133,8 +133,9 @@ TEST(CheckpointerTest, RestoreLatestOfAnEmptyStoreIsNotFound) {
   TempStore ts;
   Rig rig(Opt::kSgdMomentum);
   Checkpointer checkpointer(*ts.store);
-  Status status = checkpointer.RestoreLatest(rig.State());
-  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  Result<int64_t> restored = checkpointer.RestoreLatest(rig.State());
+  EXPECT_EQ(restored.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(restored.status().message(), "restore latest: the store holds no snapshot");
   EXPECT_EQ(checkpointer.Restore(3, rig.State()).code(), StatusCode::kNotFound);
 }
 

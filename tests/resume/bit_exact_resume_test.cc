@@ -289,7 +289,9 @@ TEST_P(BitExactResumeTest, SigkilledRunResumesBitExactly) {
           << "fresh objects already hold the reference's " << name;
     }
   }
-  ASSERT_OK(checkpointer.RestoreLatest(resumed.State()));
+  Result<int64_t> restored_step = checkpointer.RestoreLatest(resumed.State());
+  ASSERT_OK(restored_step.status());
+  EXPECT_EQ(*restored_step, restored);
 
   EXPECT_EQ(resumed.cursor().position(), restored + 1);
   EXPECT_EQ(resumed.window().micro_step, (restored + 1) % kWindowSize);
@@ -449,7 +451,9 @@ TEST(BitExactResumeTwoModelsTest, SigkilledGanResumesBitExactly) {
       EXPECT_FALSE(BitwiseEqual(Entry(ref_states[restored], name), Entry(fresh, name))) << name;
     }
   }
-  ASSERT_OK(checkpointer.RestoreLatest(resumed.State()));
+  Result<int64_t> restored_step = checkpointer.RestoreLatest(resumed.State());
+  ASSERT_OK(restored_step.status());
+  EXPECT_EQ(*restored_step, restored);
   const auto after_restore = DifferingEntries(ref_states[restored], CollectGanState(resumed));
   ASSERT_TRUE(after_restore.empty()) << "right after restoring step " << restored << ": " << Join(after_restore);
 
