@@ -52,7 +52,7 @@ auto MakeLoader(const ResumableSampler& sampler) {
 
 // Runs epochs from sampler.epoch() to kEpochs; stops (dropping the loader
 // with its prefetched batches) after `stop_after` batches, if given.
-Seen Run(ResumableSampler& sampler, size_t stop_after = SIZE_MAX) {
+Seen Iterate(ResumableSampler& sampler, size_t stop_after = SIZE_MAX) {
   Seen seen;
   auto loader = MakeLoader(sampler);
   size_t batches = 0;
@@ -76,7 +76,7 @@ TEST(ResumableSamplerTest, EpochsAreSeededPermutationsAndLeaveTheDefaultGenerato
   torch::manual_seed(5);
   const torch::Tensor rng_before = at::detail::getDefaultCPUGenerator().get_state();
   ResumableSampler sampler(kSamples, kSeed);
-  const Seen seen = Run(sampler);
+  const Seen seen = Iterate(sampler);
   EXPECT_TRUE(SameBits(at::detail::getDefaultCPUGenerator().get_state(), rng_before));
   ASSERT_EQ(seen.ids.size(), kEpochs * kSamples);
   std::vector<std::vector<int64_t>> epochs;
@@ -98,8 +98,8 @@ TEST(ResumableSamplerTest, EpochsAreSeededPermutationsAndLeaveTheDefaultGenerato
 
   // The same seed gives the same order; another seed another one.
   ResumableSampler same(kSamples, kSeed), other(kSamples, kSeed + 1);
-  EXPECT_EQ(Run(same).ids, seen.ids);
-  EXPECT_NE(Run(other).ids, seen.ids);
+  EXPECT_EQ(Iterate(same).ids, seen.ids);
+  EXPECT_NE(Iterate(other).ids, seen.ids);
 }
 
 // Batches consumed before the loader (and its prefetched batches) is dropped.
@@ -108,10 +108,10 @@ class ResumableSamplerResumeTest : public ::testing::TestWithParam<size_t> {};
 TEST_P(ResumableSamplerResumeTest, ResumesAtTheExactNextSampleBitwise) {
   const size_t stop_after = GetParam();
   ResumableSampler reference_sampler(kSamples, kSeed);
-  const Seen reference = Run(reference_sampler);
+  const Seen reference = Iterate(reference_sampler);
 
   ResumableSampler first(kSamples, kSeed);
-  const Seen before = Run(first, stop_after);
+  const Seen before = Iterate(first, stop_after);
   ASSERT_EQ(before.data.size(), stop_after);
   const std::string state = first.SaveState();
   ASSERT_EQ(state.size(), 48u);
@@ -121,7 +121,7 @@ TEST_P(ResumableSamplerResumeTest, ResumesAtTheExactNextSampleBitwise) {
   Status loaded = resumed.LoadState(state);
   ASSERT_TRUE(loaded.ok()) << loaded.ToString();
   EXPECT_EQ(resumed.epoch(), static_cast<int64_t>(stop_after / kBatchesPerEpoch));
-  const Seen after = Run(resumed);
+  const Seen after = Iterate(resumed);
 
   std::vector<int64_t> ids = before.ids;
   ids.insert(ids.end(), after.ids.begin(), after.ids.end());
@@ -162,7 +162,7 @@ TEST(ResumableSamplerTest, BatchConsumedWithoutABatchIsInvalidArgument) {
 
 TEST(ResumableSamplerTest, LoadStateRefusesForeignBytesAndChangesNothing) {
   ResumableSampler source(kSamples, kSeed);
-  Run(source, 4);
+  Iterate(source, 4);
   const std::string good = source.SaveState();
 
   ResumableSampler target(kSamples, kSeed);
@@ -188,12 +188,12 @@ TEST(ResumableSamplerTest, LoadStateRefusesForeignBytesAndChangesNothing) {
   EXPECT_EQ(target.epoch(), 0);
   EXPECT_EQ(target.consumed(), 0u);
   ResumableSampler fresh(kSamples, kSeed);
-  EXPECT_EQ(Run(target).ids, Run(fresh).ids);
+  EXPECT_EQ(Iterate(target).ids, Iterate(fresh).ids);
 }
 
 TEST(ResumableSamplerTest, TorchArchiveRoundTrip) {
   ResumableSampler source(kSamples, kSeed);
-  Run(source, 9);
+  Iterate(source, 9);
   torch::serialize::OutputArchive out;
   source.save(out);
   std::ostringstream bytes;
