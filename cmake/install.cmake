@@ -7,8 +7,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/trainsnap
 install(TARGETS trainsnap EXPORT trainsnapTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory
+# already names it, and a second entry would list it twice.)
 install(EXPORT trainsnapTargets NAMESPACE trainsnap::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
 

@@ -283,23 +283,23 @@ int Train(const TrainOptions& o) {
     copts.base_label = kBaseLabel;
     copts.hash_base_content = true;  // never restore adapters onto another base
     checkpointer = std::make_unique<trainsnap::Checkpointer>(*store, copts);
-    auto latest = store->Latest();
-    if (!latest.ok()) return Fail("list store: " + latest.status().ToString());
-    if (latest->has_value()) {
-      // A fresh process: whatever the RNG and the adapters hold now, the
-      // snapshot replaces it.
-      torch::manual_seed(std::random_device{}());
-      auto start = std::chrono::steady_clock::now();
-      Status s = checkpointer->RestoreLatest(trainer.View());
-      if (!s.ok()) return Fail("restore: " + s.ToString());
+    // A fresh process: whatever the RNG and the adapters hold now, the
+    // snapshot (if any) replaces it.
+    torch::manual_seed(std::random_device{}());
+    auto start = std::chrono::steady_clock::now();
+    trainsnap::Result<int64_t> restored = checkpointer->RestoreLatest(trainer.View());
+    if (!restored.ok() && restored.status().code() != trainsnap::StatusCode::kNotFound) {
+      return Fail("restore: " + restored.status().ToString());
+    }
+    if (restored.ok()) {
       std::printf("[%s] restored snapshot %lld in %.1f ms: optimizer step %lld, micro-step %lld/%lld of the "
                   "window, lr %.3g, data cursor %lld\n",
-                  tag, static_cast<long long>(**latest), MillisSince(start),
+                  tag, static_cast<long long>(*restored), MillisSince(start),
                   static_cast<long long>(SchedulerStepCount::Get(*trainer.scheduler)),
                   static_cast<long long>(trainer.window.micro_step), static_cast<long long>(kWindowSize),
                   trainer.optimizer->param_groups()[0].options().get_lr(),
                   static_cast<long long>(trainer.cursor.position));
-      if (trainer.cursor.position != **latest + 1) return Fail("restored cursor does not follow the snapshot step");
+      if (trainer.cursor.position != *restored + 1) return Fail("restored cursor does not follow the snapshot step");
     }
   }
   if (trainer.cursor.position == 0) torch::manual_seed(kTrainSeed);
@@ -438,8 +438,8 @@ int Summary(const std::string& store_path) {
   copts.base_label = kBaseLabel;
   copts.hash_base_content = true;
   trainsnap::Checkpointer checkpointer(store, copts);
-  Status s = checkpointer.RestoreLatest(trainer.View());
-  if (!s.ok()) return Fail("restore latest for the torch.save comparison: " + s.ToString());
+  trainsnap::Result<int64_t> restored = checkpointer.RestoreLatest(trainer.View());
+  if (!restored.ok()) return Fail("restore latest for the torch.save comparison: " + restored.status().ToString());
   c10::Dict<std::string, at::Tensor> same_state = TrainingStateTensors(trainer);
   for (const auto& item : trainer.model->named_parameters()) {
     // trainsnap keeps the frozen base out of a LoRA snapshot; so does the peer.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,9 +38,26 @@ class Stateful {
 
 // Which module tensors a snapshot holds besides optimizer state and gradients.
 enum class ModelState {
-  kTrainable,            // parameters with requires_grad (LoRA: the adapters)
-  kTrainableAndBuffers,  // plus every buffer (batch-norm statistics, ...)
+  // Parameters with requires_grad only (LoRA: the adapters). Opt-out of the
+  // default: a resume is bit-exact only if no buffer changes during training
+  // (no BatchNorm in training mode). Restoring such a snapshot into a model
+  // with buffers needs RestoreOptions::allow_missing_buffers.
+  kTrainable,
+  kTrainableAndBuffers,  // plus every buffer (BatchNorm statistics, ...): the default
   kFull,                 // every parameter and buffer, frozen ones included
+};
+
+// Which pending gradients (.grad() of trainable parameters) a snapshot holds.
+enum class Gradients {
+  // Only where they carry state: in the middle of an accumulation window
+  // (TrainingState::accumulation with micro_step != 0), or always when no
+  // window is given. At a window boundary they are omitted: the next window
+  // starts by zeroing them.
+  kAuto,
+  kAlways,  // every non-zero gradient is stored
+  // None: for loops that zero the gradients before every backward (a GAN,
+  // one optimizer step per batch without accumulation).
+  kNever,
 };
 
 // Non-owning views of the live training objects. Every pointer may be null.
@@ -57,7 +75,12 @@ struct TrainingState {
 };
 
 struct CheckpointerOptions {
-  ModelState model_state = ModelState::kTrainable;
+  // Default kTrainableAndBuffers: buffers are small, and unchanged ones
+  // cost no bytes after the first snapshot (deduplicated chunks).
+  ModelState model_state = ModelState::kTrainableAndBuffers;
+  // Default kAuto. A gradient left out is recorded as such (defined or not):
+  // restore sets it to zeros, as zero_grad() leaves it, or leaves it undefined.
+  Gradients gradients = Gradients::kAuto;
   // Caller's name for the frozen base (e.g. a model hub revision). Checked at
   // restore when non-empty in the snapshot. Empty = not recorded.
   std::string base_label;
@@ -82,10 +105,22 @@ struct CheckpointerOptions {
   // admitted alone (it waits for every other capture to finish, then stages
   // in full, so that it cannot deadlock).
   size_t max_staging_bytes = 0;
+  // Upper bound on the captures in flight (CaptureAsync returned, commit not
+  // finished), in snapshots: bounds the steps a crash can lose to the ones
+  // still in flight. CaptureAsync waits (back-pressure) for the oldest to
+  // finish rather than exceed it. 0 = no bound in steps (only the bytes).
+  int max_captures_in_flight = 4;
 };
 
-// Staging-memory figures of a Checkpointer's pipeline (for tests and benchmarks).
+// Figures of a Checkpointer's pipeline: staging memory and lag. Cheap to read
+// (no store access) from the training thread, e.g. every step.
 struct PipelineStats {
+  // Step of the last capture of this Checkpointer that committed (it is
+  // durable); nullopt before the first.
+  std::optional<int64_t> last_committed_step;
+  size_t captures_in_flight = 0;      // CaptureAsync returned, commit not finished
+  size_t max_captures_in_flight = 0;  // CheckpointerOptions::max_captures_in_flight
+  uint64_t capture_waits = 0;         // CaptureAsync calls that waited at that bound
   size_t max_staging_bytes = 0;
   size_t staging_in_use_bytes = 0;    // buffers handed out now
   size_t staging_cached_bytes = 0;    // buffers kept for reuse now
@@ -118,13 +153,25 @@ class CaptureHandle {
 };
 
 struct RestoreOptions {
-  // Restore pending gradients (mid-window snapshots). When false, gradients
-  // of the target are left as they are.
+  // Restore pending gradients (mid-window snapshots); a gradient the
+  // snapshot left out (CheckpointerOptions::gradients) becomes zeros, or
+  // stays undefined if it was undefined at capture. When false, gradients of
+  // the target are left as they are.
   bool restore_gradients = true;
   // Replace every param group's options (lr, betas, eps, weight_decay, ...)
   // with the snapshot's. When false, the target's groups keep the caller's
   // options and only the per-parameter state (exp_avg, step, ...) is restored.
   bool restore_optimizer_options = true;
+  // Accept a snapshot without buffers (ModelState::kTrainable) for a target
+  // that has some: the target's buffers are left as they are. When false
+  // (default), that is a ContractMismatch naming the first such buffer.
+  bool allow_missing_buffers = false;
+  // Rollback: also delete every snapshot after the restored step, so that
+  // training on from it may capture those steps again. The deletion (one
+  // store transaction) comes after the snapshot is validated and decoded and
+  // after the extra state accepted its bytes, before any tensor is written;
+  // if it fails, the restore fails and every live object is left as it was.
+  bool discard_later = false;
 };
 
 // Thread-compatible: one training thread drives a Checkpointer. The Store
@@ -142,8 +189,8 @@ class Checkpointer {
   // parameter holds a gradient, tied names disagree, an optimizer holds a
   // tensor of no captured model; NotSupported: LBFGS or an unknown optimizer,
   // a tensor that cannot be staged (meta, sparse, mkldnn; named);
-  // AlreadyExists: `step` is stored; InvalidArgument from the store's
-  // retention for a step below the latest (RetentionPolicy).
+  // AlreadyExists: `step` is stored or in flight; InvalidArgument from the
+  // store's retention for a step below the latest (RetentionPolicy).
   // Same as CaptureAsync(step, state) followed by Wait().
   Status Capture(int64_t step, const TrainingState& state);
   // Stages `state` as snapshot `step` on this thread and returns as soon as
@@ -152,10 +199,11 @@ class Checkpointer {
   // modify every tensor at once (optimizer step, zero_grad, in-place ops); the
   // snapshot holds the values of this call. Encode and commit run on the
   // pipeline's threads; commits happen in the order of the CaptureAsync calls.
-  // Waits while the staging bound is reached (CheckpointerOptions::
-  // max_staging_bytes). Staging errors (InvalidArgument, NotSupported) are
-  // returned here; encode and commit errors (AlreadyExists, I/O) through the
-  // handle and Flush, and later captures still commit.
+  // Waits while max_captures_in_flight captures are in flight, and while the
+  // staging bound is reached (max_staging_bytes). AlreadyExists (`step` is
+  // stored or in flight) and staging errors (InvalidArgument, NotSupported)
+  // are returned here and count for Flush; encode and commit errors (I/O,
+  // NoSpace) come through the handle and Flush, and later captures still commit.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);
   // Waits for every capture in flight; returns the first error of a capture
   // since the last Flush (including those already seen through a handle).
@@ -177,9 +225,17 @@ class Checkpointer {
   // unless RestoreOptions::restore_optimizer_options is false), the
   // scheduler's step count, the accumulation window, the extras' state and
   // the RNG (when target.rng).
+  // A target buffer absent from the snapshot is a ContractMismatch unless
+  // options.allow_missing_buffers. To train on from an older step, restore
+  // it with options.discard_later (or RollbackTo): the later steps' captures
+  // would otherwise fail with AlreadyExists.
   Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options = {});
-  // Restores the latest snapshot; NotFound when the store has none.
-  Status RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
+  // Restore(step, target) with discard_later: the rollback of a training run
+  // to `step`, after which the following steps may be captured again.
+  Status RollbackTo(int64_t step, const TrainingState& target);
+  // Restores the latest snapshot and returns its step; NotFound when the
+  // store has none. Errors are those of Restore.
+  Result<int64_t> RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
 
  private:
   class Impl;

@@ -59,10 +59,16 @@ class Checkpointer::Impl {
             // 0 in the checkpointer's options defers to the store's (DESIGN.md:
             // StoreOptions carries the pipeline's threads and staging bound).
             options_.threads != 0 ? options_.threads : store_.options().threads,
-            options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes)) {}
+            options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes,
+            options_.max_captures_in_flight)) {}
 
-  // Errors carry "capture step N"; staging errors also count for Flush.
+  // Errors carry "capture step N"; admission and staging errors also count for Flush.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state) {
+    Status admitted = Guarded(CaptureContext(step), [&] { return Admit(step); });
+    if (!admitted.ok()) {
+      pipeline_->Failed(step, admitted);
+      return admitted;
+    }
     internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
     std::unique_ptr<internal::StagedSnapshot> staged;
     std::vector<std::shared_ptr<c10::Event>> ready;
@@ -89,6 +95,20 @@ class Checkpointer::Impl {
     return CaptureHandle(std::move(capture));
   }
 
+  // AlreadyExists for a step in flight or stored, known before anything is
+  // staged (the commit would refuse it); then waits for a pipeline slot.
+  Status Admit(int64_t step) {
+    TRAINSNAP_RETURN_IF_ERROR(pipeline_->Admit(step));
+    Result<SnapshotInfo> stored = store_.Info(step);
+    if (stored.ok()) {
+      return Status::AlreadyExists(
+          "already stored (to train on from an earlier step, restore it with RestoreOptions::discard_later "
+          "or RollbackTo)");
+    }
+    if (stored.status().code() != StatusCode::kNotFound) return stored.status();
+    return Status::OK();
+  }
+
   Status Flush() { return pipeline_->Flush(); }
   void WaitIdle() { pipeline_->WaitIdle(); }
 
@@ -110,6 +130,11 @@ class Checkpointer::Impl {
     out.staging_allocations = s.allocations;
     out.staging_reuses = s.reuses;
     out.staging_waits = s.waits;
+    internal::CapturePipeline::LagStats lag = pipeline_->lag_stats();
+    out.last_committed_step = lag.last_committed_step;
+    out.captures_in_flight = lag.in_flight;
+    out.max_captures_in_flight = lag.max_in_flight;
+    out.capture_waits = lag.admit_waits;
     return out;
   }
 
@@ -149,13 +174,24 @@ Status Checkpointer::Restore(int64_t step, const TrainingState& target, const Re
   return Guarded("restore step " + std::to_string(step), [&] { return impl_->Restore(step, target, options); });
 }
 
-Status Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
-  return Guarded("restore latest", [&]() -> Status {
+Status Checkpointer::RollbackTo(int64_t step, const TrainingState& target) {
+  RestoreOptions options;
+  options.discard_later = true;
+  return Restore(step, target, options);
+}
+
+Result<int64_t> Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
+  int64_t restored = -1;
+  Status status = Guarded("restore latest", [&]() -> Status {
     impl_->WaitIdle();  // the latest may still be in flight
     TRAINSNAP_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl_->store().Latest());
     if (!latest.has_value()) return Status::NotFound("the store holds no snapshot");
-    return impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest));
+    TRAINSNAP_RETURN_IF_ERROR(impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest)));
+    restored = *latest;
+    return Status::OK();
   });
+  if (!status.ok()) return status;
+  return restored;
 }
 
 }  // namespace trainsnap

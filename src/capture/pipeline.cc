@@ -65,12 +65,13 @@ void CapturePipeline::SetEncodeDelayForTesting(std::function<std::chrono::millis
   encode_delay = std::move(delay);
 }
 
-CapturePipeline::CapturePipeline(Store& store, int threads, size_t max_staging_bytes)
+CapturePipeline::CapturePipeline(Store& store, int threads, size_t max_staging_bytes, int max_in_flight)
     : store_(store),
       staging_pool_(StagingPool::Create(max_staging_bytes)),
       pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
       copy_pool_(std::make_unique<boost::asio::thread_pool>(ThreadCount(threads))),
-      commit_strand_(boost::asio::make_strand(pool_->get_executor())) {
+      commit_strand_(boost::asio::make_strand(pool_->get_executor())),
+      max_in_flight_(max_in_flight > 0 ? static_cast<size_t>(max_in_flight) : 0) {
   // Best effort: the store's open already lowered its own workers the same
   // way, so this cannot fail for want of permission.
   Status lowered = LowerPoolPriority(*pool_, ThreadCount(threads), store.options().worker_nice);
@@ -82,6 +83,25 @@ CapturePipeline::~CapturePipeline() {
   (void)ignored;
   pool_->join();
   copy_pool_->join();
+}
+
+Status CapturePipeline::Admit(int64_t step) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (steps_in_flight_.count(step)) return Status::AlreadyExists("already in flight");
+  if (max_in_flight_ == 0 || in_flight_ < max_in_flight_) return Status::OK();
+  ++admit_waits_;
+  idle_.wait(lock, [&] { return in_flight_ < max_in_flight_; });
+  return Status::OK();
+}
+
+CapturePipeline::LagStats CapturePipeline::lag_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  LagStats out;
+  out.last_committed_step = last_committed_step_;
+  out.in_flight = in_flight_;
+  out.max_in_flight = max_in_flight_;
+  out.admit_waits = admit_waits_;
+  return out;
 }
 
 std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnapshot> staged,
@@ -97,6 +117,7 @@ std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnap
     std::lock_guard<std::mutex> lock(mu_);
     job->seq = next_seq_++;
     ++in_flight_;
+    steps_in_flight_.insert(job->staged->step);
   }
   std::shared_ptr<CaptureState> state = job->state;
   boost::asio::post(*pool_, [this, job]() mutable {
@@ -156,13 +177,19 @@ void CapturePipeline::Commit(Job& job) {
   if (job.on_done) job.on_done(job.status);
   Status status = job.status;
   job.staged.reset();
+  if (status.ok()) {
+    // Before the handle is ready: whoever waited on it sees the step in lag_stats().
+    std::lock_guard<std::mutex> lock(mu_);
+    last_committed_step_ = step;
+  }
   job.state->Finish(status);
-  Done(status);
+  Done(step, status);
 }
 
-void CapturePipeline::Done(const Status& status) {
+void CapturePipeline::Done(int64_t step, const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!status.ok() && first_error_.ok()) first_error_ = status;
+  steps_in_flight_.erase(steps_in_flight_.find(step));
   --in_flight_;
   idle_.notify_all();
 }

@@ -8,6 +8,7 @@
 // strand in submission order: snapshot k+1 never commits before k, whatever
 // order the encodes finish in. A snapshot whose encode or commit fails
 // reports it through its CaptureState and Flush; later ones still commit.
+// At most max_in_flight submissions are in flight: Admit waits for a slot.
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include <boost/asio/strand.hpp>
@@ -50,8 +53,9 @@ class CaptureState {
 
 class CapturePipeline {
  public:
-  // threads 0 = hardware threads; max_staging_bytes 0 = 1 GiB.
-  CapturePipeline(Store& store, int threads, size_t max_staging_bytes);
+  // threads 0 = hardware threads; max_staging_bytes 0 = 1 GiB; max_in_flight
+  // 0 = no bound in submissions.
+  CapturePipeline(Store& store, int threads, size_t max_staging_bytes, int max_in_flight);
   ~CapturePipeline();  // Flush()es, then joins the pool
 
   const std::shared_ptr<StagingPool>& staging_pool() const { return staging_pool_; }
@@ -60,6 +64,10 @@ class CapturePipeline {
   // threads may all be busy encoding earlier snapshots.
   boost::asio::thread_pool& copy_pool() { return *copy_pool_; }
 
+  // Called by the one submitting thread before it stages `step`:
+  // AlreadyExists when a submission of `step` is in flight; otherwise waits
+  // until fewer than max_in_flight submissions are (back-pressure).
+  Status Admit(int64_t step);
   // Encodes `staged` once every event in `ready` completed, then commits it
   // after every earlier submission. `on_done` runs on the commit strand with
   // the final status before the handle becomes ready.
@@ -72,6 +80,14 @@ class CapturePipeline {
   Status Flush();
   // Waits for every submission; keeps the errors for the next Flush.
   void WaitIdle();
+
+  struct LagStats {
+    std::optional<int64_t> last_committed_step;
+    size_t in_flight = 0;
+    size_t max_in_flight = 0;  // 0 = no bound
+    uint64_t admit_waits = 0;  // Admit calls that waited for a slot
+  };
+  LagStats lag_stats();
 
   // Test hook: every encode of step s first sleeps delay(s) (a deliberately
   // slow encoder; encodes finishing out of order). Empty = no delay.
@@ -92,7 +108,7 @@ class CapturePipeline {
   void Encode(Job& job);
   void EncodeDone(std::shared_ptr<Job> job);
   void Commit(Job& job);
-  void Done(const Status& status);
+  void Done(int64_t step, const Status& status);
 
   Store& store_;
   std::shared_ptr<StagingPool> staging_pool_;
@@ -106,6 +122,10 @@ class CapturePipeline {
   uint64_t next_commit_ = 0;
   std::map<uint64_t, std::shared_ptr<Job>> encoded_;  // waiting for their turn to commit
   size_t in_flight_ = 0;
+  std::multiset<int64_t> steps_in_flight_;
+  const size_t max_in_flight_;
+  uint64_t admit_waits_ = 0;
+  std::optional<int64_t> last_committed_step_;
   Status first_error_;
 };
 

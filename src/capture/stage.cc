@@ -40,7 +40,7 @@ Status StageOrReuse(StagedSnapshot& snapshot, const Reuse& reuse, uint64_t id, c
   return snapshot.staging.Add(id, role, tensor, name);
 }
 
-Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, const Reuse& reuse) {
+Status StageTrainable(const ContractEntry& entry, bool with_grad, StagedSnapshot& snapshot, const Reuse& reuse) {
   proto::ContractParam* param = snapshot.manifest.add_params();
   param->set_id(entry.id);
   param->set_model(entry.model);
@@ -58,6 +58,10 @@ Status StageTrainable(const ContractEntry& entry, StagedSnapshot& snapshot, cons
   if (grad.sizes() != entry.tensor.sizes() || grad.scalar_type() != entry.tensor.scalar_type()) {
     return Status::InvalidArgument("gradient " + ShapeString(grad.sizes()) + " " +
                                    c10::toString(grad.scalar_type()) + " does not match the parameter");
+  }
+  if (!with_grad) {
+    param->set_grad(proto::GRAD_OMITTED);
+    return Status::OK();
   }
   // A zeroed gradient (zero_grad() at a window boundary) costs nothing: it
   // is recorded, not stored, and restored as zeros. A contiguous host
@@ -107,8 +111,14 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   manifest.set_model_state(static_cast<uint32_t>(options.model_state));
   for (const NamedModel& model : models) manifest.add_models(model.key);
 
+  // Gradients::kAuto: a window boundary holds no pending gradient that the
+  // next window does not zero first.
+  const bool with_grads =
+      options.gradients == Gradients::kAlways ||
+      (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
   for (const ContractEntry& entry : contract.trainable) {
-    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, *snapshot, Reuse{}).WithContext("parameter `" + entry.names.front() + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, with_grads, *snapshot, Reuse{})
+                                  .WithContext("parameter `" + entry.names.front() + "`"));
   }
   if (options.model_state != ModelState::kTrainable) {
     for (const ContractEntry& entry : contract.buffers) {

@@ -43,6 +43,7 @@ std::string GradStateName(proto::GradState state) {
     case proto::GRAD_UNDEFINED: return "undefined";
     case proto::GRAD_ZERO: return "zero";
     case proto::GRAD_STORED: return "stored";
+    case proto::GRAD_OMITTED: return "omitted";
     default: return "unknown";
   }
 }

@@ -70,6 +70,7 @@ void ApplyGrad(RestorePlan::Grad& grad) {
       }
       break;
     case proto::GRAD_ZERO:
+    case proto::GRAD_OMITTED:
       if (SameLayout(live, grad.param)) {
         live.zero_();
       } else {

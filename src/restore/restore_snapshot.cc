@@ -1,5 +1,8 @@
 #include "restore/restore_snapshot.h"
 
+#include <string_view>
+#include <unordered_set>
+
 #include "capture/contract.h"
 #include "capture/rng_state.h"
 #include "restore/apply.h"
@@ -44,6 +47,38 @@ Status CheckModels(const proto::TrainingManifest& manifest, const std::vector<Na
   return Status::ContractMismatch("models: expected " + list(stored) + ", actual " + list(actual));
 }
 
+// Without RestoreOptions::allow_missing_buffers, every buffer of the target
+// must be in the snapshot: a snapshot made with ModelState::kTrainable would
+// otherwise leave stale BatchNorm statistics behind a restore that succeeded.
+Status CheckBuffersPresent(const proto::TrainingManifest& manifest, const Contract& contract) {
+  std::unordered_set<uint64_t> stored;
+  for (const proto::ModelTensor& tensor : manifest.model_tensors()) {
+    if (tensor.role() == "buffer") stored.insert(tensor.id());
+  }
+  for (const ContractEntry& entry : contract.buffers) {
+    if (!stored.count(entry.id)) {
+      return Status::ContractMismatch("buffer `" + entry.names.front() +
+                                      "`: in the target, absent from the snapshot (captured without buffers; "
+                                      "RestoreOptions::allow_missing_buffers accepts that)");
+    }
+  }
+  return Status::OK();
+}
+
+// RestoreOptions::discard_later, run by ApplyPlan as the last extra state it
+// loads: after every real Stateful accepted its bytes (a failure here rolls
+// them back) and before any tensor is written (nothing after it can fail).
+class LaterSnapshotsDiscarder final : public Stateful {
+ public:
+  LaterSnapshotsDiscarder(Store& store, int64_t step) : store_(store), step_(step) {}
+  std::string SaveState() const override { return std::string(); }
+  Status LoadState(std::string_view) override { return store_.Rollback(step_); }
+
+ private:
+  Store& store_;
+  const int64_t step_;
+};
+
 }  // namespace
 
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
@@ -59,6 +94,7 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
   TRAINSNAP_RETURN_IF_ERROR(CheckContract(manifest, contract));
   TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));  // before the base's content hash reads them
+  if (!options.allow_missing_buffers) TRAINSNAP_RETURN_IF_ERROR(CheckBuffersPresent(manifest, contract));
   TRAINSNAP_RETURN_IF_ERROR(CheckBaseIdentity(manifest.base(), contract, base_label, base));
   TRAINSNAP_RETURN_IF_ERROR(CheckComposition(manifest, target, optimizers, contract));
   std::optional<PreparedRng> rng;
@@ -127,6 +163,8 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   for (const proto::ExtraState& extra : manifest.extra()) {
     plan.extra.push_back({extra.name(), target.extra.at(extra.name()), extra.state()});
   }
+  LaterSnapshotsDiscarder discarder(store, step);
+  if (options.discard_later) plan.extra.push_back({"(discard_later)", &discarder, std::string()});
 
   // 4. Copy in: ApplyPlan checks that every live tensor accepts the write
   // before the first one.

@@ -5,7 +5,11 @@
 
 #include <map>
 #include <sstream>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -135,8 +139,9 @@ TEST(CheckpointerTest, RestoreLatestOfAnEmptyStoreIsNotFound) {
   TempStore ts;
   Rig rig(Opt::kSgdMomentum);
   Checkpointer checkpointer(*ts.store);
-  Status status = checkpointer.RestoreLatest(rig.State());
-  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  Result<int64_t> restored = checkpointer.RestoreLatest(rig.State());
+  EXPECT_EQ(restored.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(restored.status().message(), "restore latest: the store holds no snapshot");
   EXPECT_EQ(checkpointer.Restore(3, rig.State()).code(), StatusCode::kNotFound);
 }
 
@@ -319,6 +324,314 @@ TEST(CheckpointerTest, SnapshotSizeAgainstTorchSave) {
   RecordProperty("torch_save_trainable_bytes", std::to_string(torch_save_trainable));
   RecordProperty("torch_save_model_bytes", std::to_string(torch_save_model));
   EXPECT_LT(infos[1].new_bytes + infos[1].manifest_bytes, torch_save_model);
+}
+
+
+// --- defaults: buffers (BatchNorm) -------------------------------------------
+
+// A model with BatchNorm in training mode and Adam; batch i is a pure function
+// of i. Every forward pass moves the running statistics and the batch counter.
+struct BatchNormLoop {
+  explicit BatchNormLoop(uint64_t seed) {
+    torch::manual_seed(seed);
+    model = torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::BatchNorm1d(8), torch::nn::ReLU(),
+                                  torch::nn::Linear(8, 2));
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+  }
+  void Step(int64_t index) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(500 + index);
+    torch::Tensor x = torch::randn({10, 6}, gen), y = torch::randn({10, 2}, gen);
+    optimizer->zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    optimizer->step();
+  }
+  TrainingState State() {
+    TrainingState state;  // defaults only
+    state.model = model.ptr().get();
+    state.optimizer = optimizer.get();
+    return state;
+  }
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Adam> optimizer;
+};
+
+size_t RecordsWithRole(Store& store, int64_t step, const std::string& role) {
+  auto records = store.Tensors(step);
+  EXPECT_TRUE(records.ok()) << records.status().ToString();
+  size_t n = 0;
+  for (const TensorRecord& record : records.value_or({})) n += record.role == role ? 1 : 0;
+  return n;
+}
+
+TEST(CheckpointerDefaultsTest, BatchNormStatisticsAreCapturedAndTheResumeIsBitExact) {
+  EXPECT_EQ(CheckpointerOptions().model_state, ModelState::kTrainableAndBuffers);
+  TempStore ts;
+  BatchNormLoop reference(1);
+  for (int64_t i = 0; i <= 3; ++i) reference.Step(i);
+  Checkpointer checkpointer(*ts.store);
+  ASSERT_TRUE(checkpointer.Capture(3, reference.State()).ok());
+  const auto at_capture = Fingerprint(reference.State());
+  for (int64_t i = 4; i <= 7; ++i) reference.Step(i);
+  const auto expected = Fingerprint(reference.State());
+  // running_mean, running_var, num_batches_tracked.
+  EXPECT_EQ(RecordsWithRole(*ts.store, 3, "buffer"), 3u);
+
+  BatchNormLoop resumed(2);  // other weights, fresh statistics, other RNG state
+  const auto fresh = Fingerprint(resumed.State());
+  for (const char* buffer : {"1.running_mean#buffer", "1.running_var#buffer", "1.num_batches_tracked#buffer"}) {
+    EXPECT_FALSE(capture_test::BitwiseEqual(at_capture.at(buffer), fresh.at(buffer))) << buffer;
+  }
+  ASSERT_TRUE(checkpointer.Restore(3, resumed.State()).ok());
+  EXPECT_EQ(FirstDifference(at_capture, Fingerprint(resumed.State())), "");
+  for (int64_t i = 4; i <= 7; ++i) resumed.Step(i);
+  EXPECT_EQ(FirstDifference(expected, Fingerprint(resumed.State())), "");
+}
+
+TEST(CheckpointerDefaultsTest, SnapshotWithoutBuffersIsAContractMismatchUnlessAccepted) {
+  TempStore ts;
+  BatchNormLoop reference(1);
+  for (int64_t i = 0; i <= 3; ++i) reference.Step(i);
+  CheckpointerOptions trainable_only;
+  trainable_only.model_state = ModelState::kTrainable;  // the explicit opt-out
+  ASSERT_TRUE(Checkpointer(*ts.store, trainable_only).Capture(3, reference.State()).ok());
+  EXPECT_EQ(RecordsWithRole(*ts.store, 3, "buffer"), 0u);
+  const auto at_capture = Fingerprint(reference.State());
+
+  BatchNormLoop target(2);
+  const auto before = Fingerprint(target.State());
+  Checkpointer checkpointer(*ts.store);
+  Status status = checkpointer.Restore(3, target.State());
+  EXPECT_EQ(status.code(), StatusCode::kContractMismatch);
+  EXPECT_EQ(status.message(),
+            "restore step 3: buffer `1.running_mean`: in the target, absent from the snapshot (captured without "
+            "buffers; RestoreOptions::allow_missing_buffers accepts that)");
+  EXPECT_EQ(FirstDifference(before, Fingerprint(target.State())), "");
+
+  RestoreOptions accept;
+  accept.allow_missing_buffers = true;
+  status = checkpointer.Restore(3, target.State(), accept);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  // Parameters, optimizer and RNG come from the snapshot; the buffers stay the target's own.
+  const auto after = Fingerprint(target.State());
+  for (const auto& [key, value] : after) {
+    const bool buffer = key.find("#buffer") != std::string::npos;
+    EXPECT_TRUE(capture_test::BitwiseEqual(value, buffer ? before.at(key) : at_capture.at(key))) << key;
+  }
+}
+
+// --- AlreadyExists at CaptureAsync, and rollback ------------------------------
+
+TEST(CheckpointerRollbackTest, CaptureOfAStoredStepFailsInCaptureAsync) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  rig.MicroStep();
+  Checkpointer checkpointer(*ts.store);
+  ASSERT_TRUE(checkpointer.Capture(5, rig.State()).ok());
+  const int64_t created = ts.store->Info(5).value().created_unix_ms;
+  rig.MicroStep();
+  auto again = checkpointer.CaptureAsync(5, rig.State());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.status().message(),
+            "capture step 5: already stored (to train on from an earlier step, restore it with "
+            "RestoreOptions::discard_later or RollbackTo)");
+  // Like every capture error, it also counts once for Flush.
+  EXPECT_EQ(checkpointer.Flush().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(checkpointer.Flush().ok());
+  EXPECT_EQ(checkpointer.Capture(5, rig.State()).code(), StatusCode::kAlreadyExists);
+  (void)checkpointer.Flush();
+  EXPECT_EQ(ts.store->Info(5).value().created_unix_ms, created);
+  EXPECT_EQ(ts.store->List().value().size(), 1u);
+}
+
+std::vector<int64_t> StoredSteps(Store& store) {
+  std::vector<int64_t> steps;
+  Result<std::vector<SnapshotInfo>> list = store.List();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  for (const SnapshotInfo& info : list.value_or({})) steps.push_back(info.step);
+  return steps;
+}
+
+TEST(CheckpointerRollbackTest, RollbackToDiscardsLaterSnapshotsAndTrainingOnCapturesThemAgain) {
+  TempStore ts;
+  Rig rig(Opt::kAdamW);
+  Checkpointer checkpointer(*ts.store);
+  std::map<int64_t, std::map<std::string, torch::Tensor>> at;
+  for (int64_t step = 1; step <= 6; ++step) {
+    rig.MicroStep();
+    ASSERT_TRUE(checkpointer.Capture(step, rig.State()).ok());
+    at[step] = Fingerprint(rig.State());
+  }
+  // A plain restore of step 3, then training on: the next capture is refused at once.
+  ASSERT_TRUE(checkpointer.Restore(3, rig.State()).ok());
+  rig.MicroStep();
+  auto refused = checkpointer.CaptureAsync(4, rig.State());
+  EXPECT_EQ(refused.status().code(), StatusCode::kAlreadyExists);
+  (void)checkpointer.Flush();
+
+  Status status = checkpointer.RollbackTo(3, rig.State());
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(FirstDifference(at[3], Fingerprint(rig.State())), "");
+  for (int64_t step = 4; step <= 6; ++step) {
+    rig.MicroStep();
+    ASSERT_TRUE(checkpointer.Capture(step, rig.State()).ok()) << step;
+    EXPECT_EQ(FirstDifference(at[step], Fingerprint(rig.State())), "") << step;
+  }
+  EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+
+  // RestoreOptions::discard_later is the same rollback.
+  RestoreOptions rollback;
+  rollback.discard_later = true;
+  ASSERT_TRUE(checkpointer.Restore(5, rig.State(), rollback).ok());
+  EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(FirstDifference(at[5], Fingerprint(rig.State())), "");
+}
+
+TEST(CheckpointerRollbackTest, FailedRollbackDeletesNothingAndChangesNothing) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  Checkpointer checkpointer(*ts.store);
+  for (int64_t step = 1; step <= 3; ++step) {
+    rig.MicroStep();
+    ASSERT_TRUE(checkpointer.Capture(step, rig.State()).ok());
+  }
+  const auto before = Fingerprint(rig.State());
+  rig.cursor.refuse = true;  // the extra state refuses its bytes: the last check before the deletion
+  Status status = checkpointer.RollbackTo(1, rig.State());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "restore step 1: extra state `cursor`: cursor refuses to load");
+  EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(FirstDifference(before, Fingerprint(rig.State())), "");
+  // A contract mismatch (another model) also deletes nothing.
+  Rig other(Opt::kSgdMomentum);
+  EXPECT_EQ(checkpointer.RollbackTo(1, other.State()).code(), StatusCode::kContractMismatch);
+  EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// --- CheckpointerOptions::gradients -------------------------------------------
+
+// Gradient accumulation over windows of 2 that zeroes the gradients at the
+// start of each window (as LibTorch's examples do): at a window boundary the
+// previous window's gradients are still there, stale and non-zero.
+struct AccumulatingLoop {
+  explicit AccumulatingLoop(uint64_t seed, bool accumulate = true) : accumulate(accumulate) {
+    torch::manual_seed(seed);
+    model = torch::nn::Linear(6, 3);
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+    window.size = accumulate ? 2 : 1;
+  }
+  void MicroStep() {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900 + cursor.position++);
+    torch::Tensor x = torch::randn({5, 6}, gen), y = torch::randn({5, 3}, gen);
+    if (window.micro_step == 0) optimizer->zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    if (++window.micro_step == window.size) {
+      optimizer->step();
+      window.micro_step = 0;
+    }
+  }
+  TrainingState State() {
+    TrainingState state;
+    state.model = model.ptr().get();
+    state.optimizer = optimizer.get();
+    if (accumulate) state.accumulation = &window;
+    state.extra["cursor"] = &cursor;
+    return state;
+  }
+  bool accumulate;
+  torch::nn::Linear model{nullptr};
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  AccumulationWindow window;
+  capture_test::Cursor cursor;
+};
+
+constexpr int64_t kGradSteps = 9;
+
+std::map<std::string, torch::Tensor> ZeroedGradients(std::map<std::string, torch::Tensor> state) {
+  for (auto& [key, value] : state) {
+    if (key.size() > 5 && key.compare(key.size() - 5, 5, "#grad") == 0) value = torch::zeros_like(value);
+  }
+  return state;
+}
+
+// Captures micro-steps 4 (window boundary) and 5 (mid-window) with `option`,
+// restores each into fresh objects and finishes the run: returns what the
+// snapshot held and checks the outcome against an uninterrupted run.
+void CheckGradientOption(Gradients option, bool accumulate, size_t expected_boundary_grads,
+                         size_t expected_mid_grads) {
+  SCOPED_TRACE(std::string("gradients option ") + std::to_string(static_cast<int>(option)) +
+               (accumulate ? ", accumulating" : ", zero_grad every step"));
+  TempStore ts;
+  CheckpointerOptions options;
+  options.gradients = option;
+  Checkpointer checkpointer(*ts.store, options);
+  AccumulatingLoop reference(1, accumulate);
+  std::map<int64_t, std::map<std::string, torch::Tensor>> at;
+  for (int64_t step = 1; step <= kGradSteps; ++step) {
+    reference.MicroStep();
+    at[step] = Fingerprint(reference.State());
+    if (step == 4 || step == 5) {
+      ASSERT_TRUE(checkpointer.Capture(step, reference.State()).ok());
+    }
+  }
+  if (accumulate) {
+    ASSERT_EQ(at[4].at("window").data_ptr<double>()[0], 0.0);  // 4: boundary, 5: mid-window
+  }
+  EXPECT_EQ(RecordsWithRole(*ts.store, 4, "grad"), expected_boundary_grads);
+  EXPECT_EQ(RecordsWithRole(*ts.store, 5, "grad"), expected_mid_grads);
+
+  for (int64_t step : {4, 5}) {
+    SCOPED_TRACE("restored step " + std::to_string(step));
+    AccumulatingLoop resumed(2, accumulate);
+    resumed.MicroStep();  // gradients of its own, to be replaced
+    ASSERT_TRUE(checkpointer.Restore(step, resumed.State()).ok());
+    const size_t stored = step == 4 ? expected_boundary_grads : expected_mid_grads;
+    // A stored gradient comes back as it was; an omitted one as zeros.
+    EXPECT_EQ(FirstDifference(stored > 0 ? at[step] : ZeroedGradients(at[step]), Fingerprint(resumed.State())), "");
+    while (resumed.cursor.position < kGradSteps) resumed.MicroStep();
+    const bool pending_lost = stored == 0 && accumulate && step == 5;
+    if (pending_lost) {
+      // Gradients::kNever mid-window drops what the window accumulated: documented, and visible.
+      EXPECT_NE(FirstDifference(at[kGradSteps], Fingerprint(resumed.State())), "");
+    } else {
+      EXPECT_EQ(FirstDifference(at[kGradSteps], Fingerprint(resumed.State())), "");
+    }
+  }
+}
+
+TEST(CheckpointerGradientsTest, AutoStoresThemMidWindowOnlyAndResumesBitExactly) {
+  EXPECT_EQ(CheckpointerOptions().gradients, Gradients::kAuto);
+  CheckGradientOption(Gradients::kAuto, /*accumulate=*/true, 0, 2);
+  // No window given: kAuto stores them, as before the option existed.
+  CheckGradientOption(Gradients::kAuto, /*accumulate=*/false, 2, 2);
+}
+
+TEST(CheckpointerGradientsTest, AlwaysStoresThemAndResumesBitExactly) {
+  CheckGradientOption(Gradients::kAlways, /*accumulate=*/true, 2, 2);
+}
+
+TEST(CheckpointerGradientsTest, NeverStoresThemAndResumesBitExactlyWhenEveryStepZeroesThem) {
+  CheckGradientOption(Gradients::kNever, /*accumulate=*/false, 0, 0);
+  CheckGradientOption(Gradients::kNever, /*accumulate=*/true, 0, 0);
+}
+
+TEST(CheckpointerGradientsTest, RestoreGradientsFalseLeavesTheTargetsGradients) {
+  TempStore ts;
+  CheckpointerOptions never;
+  never.gradients = Gradients::kNever;
+  Checkpointer checkpointer(*ts.store, never);
+  AccumulatingLoop reference(1);
+  for (int i = 0; i < 3; ++i) reference.MicroStep();
+  ASSERT_TRUE(checkpointer.Capture(3, reference.State()).ok());
+  AccumulatingLoop target(2);
+  target.MicroStep();
+  const torch::Tensor own = target.model->weight.grad().clone();
+  RestoreOptions keep;
+  keep.restore_gradients = false;
+  ASSERT_TRUE(checkpointer.Restore(3, target.State(), keep).ok());
+  EXPECT_TRUE(capture_test::BitwiseEqual(target.model->weight.grad(), own));
+  EXPECT_TRUE(capture_test::BitwiseEqual(target.model->weight, reference.model->weight));
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // The asynchronous capture pipeline through the public Checkpointer: values
 // frozen at CaptureAsync while training goes on, commit order, errors through
 // handles and Flush, the staging bound under a slow encoder, a capture larger
-// than the bound, large CPU tensors copied in ranges, parallel restore.
+// than the bound, large CPU tensors copied in ranges, parallel restore, the
+// bound in captures in flight and the lag figures (last committed step).
 #include "capture/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,19 +105,22 @@ TEST(PipelineTest, CommitsInOrderAndAFailureInTheMiddleLeavesTheOthers) {
   Rig rig(Opt::kAdam);
   CheckpointerOptions options;
   options.threads = 6;  // every encode runs at once
+  options.max_captures_in_flight = 0;  // all five in flight at once
   Checkpointer checkpointer(*ts.store, options);
-  rig.MicroStep();
-  ASSERT_TRUE(checkpointer.Capture(13, rig.State()).ok());
   // Later steps encode faster: the encodes finish in reverse order (step 15
-  // first, 60 ms before step 11), the commits must not.
-  SlowEncoder slow([](int64_t step) { return std::chrono::milliseconds(20 + 30 * (15 - step)); });
+  // first, 400 ms before step 11), the commits must not.
+  SlowEncoder slow([](int64_t step) { return std::chrono::milliseconds(20 + 100 * (15 - step)); });
   std::vector<CaptureHandle> handles;
-  for (int64_t step : {11, 12, 13, 14, 15}) {  // 13 is stored already: AlreadyExists at its commit
+  for (int64_t step : {11, 12, 13, 14, 15}) {
     rig.MicroStep();
     auto handle = checkpointer.CaptureAsync(step, rig.State());
     ASSERT_TRUE(handle.ok()) << handle.status().ToString();
     handles.push_back(*handle);
   }
+  // Another writer commits step 13 while this one's capture of it waits
+  // (encoded after 220 ms, behind step 11 at 420 ms): AlreadyExists at its commit.
+  rig.MicroStep();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(13, rig.State()).ok());
   // Step 11 is the slowest: nothing after it can have committed before it.
   ASSERT_TRUE(handles[0].Wait().ok());
   Status flushed = checkpointer.Flush();
@@ -297,6 +303,82 @@ TEST(PipelineTest, StoreMayBeDestroyedOnceCapturesAreFlushed) {
   auto latest = ts.store->Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(latest->value_or(-1), 1);
+}
+
+// CheckpointerOptions::max_captures_in_flight under a slow encoder: the
+// highest number of captures in flight seen right after each CaptureAsync.
+size_t PeakInFlight(int max_captures_in_flight, PipelineStats* final_stats) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  rig.MicroStep();
+  CheckpointerOptions options;
+  options.max_captures_in_flight = max_captures_in_flight;
+  options.threads = 8;  // the encodes could all run at once
+  Checkpointer checkpointer(*ts.store, options);
+  EXPECT_FALSE(checkpointer.pipeline_stats().last_committed_step.has_value());
+  SlowEncoder slow(60);
+  size_t peak = 0;
+  for (int64_t step = 1; step <= 8; ++step) {
+    auto handle = checkpointer.CaptureAsync(step, rig.State());
+    EXPECT_TRUE(handle.ok()) << handle.status().ToString();
+    peak = std::max(peak, checkpointer.pipeline_stats().captures_in_flight);
+  }
+  EXPECT_TRUE(checkpointer.Flush().ok());
+  *final_stats = checkpointer.pipeline_stats();
+  return peak;
+}
+
+TEST(PipelineTest, CapturesInFlightStayWithinTheBoundInSteps) {
+  EXPECT_EQ(CheckpointerOptions().max_captures_in_flight, 4);
+  PipelineStats bounded, unbounded;
+  EXPECT_EQ(PeakInFlight(2, &bounded), 2u);
+  EXPECT_EQ(bounded.max_captures_in_flight, 2u);
+  EXPECT_EQ(bounded.capture_waits, 6u);  // every CaptureAsync after the first two waited for a slot
+  EXPECT_EQ(bounded.captures_in_flight, 0u);
+  EXPECT_EQ(bounded.last_committed_step, std::optional<int64_t>(8));
+  // Without the bound (0) the loop runs ahead of the 60 ms encodes.
+  EXPECT_GT(PeakInFlight(0, &unbounded), 2u);
+  EXPECT_EQ(unbounded.max_captures_in_flight, 0u);
+  EXPECT_EQ(unbounded.capture_waits, 0u);
+  EXPECT_EQ(unbounded.last_committed_step, std::optional<int64_t>(8));
+}
+
+TEST(PipelineTest, LastCommittedStepIsSetOnceTheHandleIsReady) {
+  TempStore ts;
+  Rig rig(Opt::kAdamW);
+  rig.MicroStep();
+  Checkpointer checkpointer(*ts.store);
+  SlowEncoder slow(300);
+  auto first = checkpointer.CaptureAsync(40, rig.State());
+  ASSERT_TRUE(first.ok());
+  auto second = checkpointer.CaptureAsync(41, rig.State());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(checkpointer.pipeline_stats().captures_in_flight, 2u);
+  ASSERT_TRUE(first->Wait().ok());
+  EXPECT_GE(checkpointer.pipeline_stats().last_committed_step.value_or(-1), 40);
+  ASSERT_TRUE(second->Wait().ok());
+  EXPECT_EQ(checkpointer.pipeline_stats().last_committed_step, std::optional<int64_t>(41));
+  // A failed capture does not move it.
+  EXPECT_EQ(checkpointer.CaptureAsync(41, rig.State()).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(checkpointer.pipeline_stats().last_committed_step, std::optional<int64_t>(41));
+}
+
+TEST(PipelineTest, CaptureOfAStepInFlightFailsInCaptureAsync) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  rig.MicroStep();
+  Checkpointer checkpointer(*ts.store);
+  SlowEncoder slow(300);
+  auto first = checkpointer.CaptureAsync(7, rig.State());
+  ASSERT_TRUE(first.ok());
+  auto again = checkpointer.CaptureAsync(7, rig.State());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.status().message(), "capture step 7: already in flight");
+  EXPECT_TRUE(first->Wait().ok());  // the first one is unaffected
+  EXPECT_EQ(checkpointer.Flush().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(checkpointer.Flush().ok());
+  EXPECT_EQ(ts.store->List().value().size(), 1u);
 }
 
 }  // namespace

@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix and builds two consumers against it:
-# a CMake project (find_package) and a plain g++ line (pkg-config).
+# Installs the build into a scratch prefix, MOVES the prefix elsewhere (a
+# relocatable package works from wherever it is unpacked), checks the
+# exported CMake target (no absolute LibTorch paths, one include directory,
+# C++17 required), then builds two consumers against the moved prefix: a
+# CMake project (find_package) and a plain g++ line (pkg-config).
 set -euo pipefail
 : "${TRAINSNAP_BUILD_DIR:?}" "${TRAINSNAP_CONSUMER_DIR:?}" "${TRAINSNAP_WORK_DIR:?}"
 rm -rf "$TRAINSNAP_WORK_DIR"
 mkdir -p "$TRAINSNAP_WORK_DIR"
-prefix="$TRAINSNAP_WORK_DIR/prefix"
+installed="$TRAINSNAP_WORK_DIR/installed"
+prefix="$TRAINSNAP_WORK_DIR/moved/prefix"
 
-cmake --install "$TRAINSNAP_BUILD_DIR" --prefix "$prefix" >/dev/null
+fail() { echo "install test: $*" >&2; exit 1; }
+
+cmake --install "$TRAINSNAP_BUILD_DIR" --prefix "$installed" >/dev/null
+mkdir -p "$(dirname "$prefix")"
+mv "$installed" "$prefix"
 test -f "$prefix/include/trainsnap/store.h"
+test -f "$prefix/include/trainsnap/sampler.h"
 test -f "$prefix/lib/cmake/trainsnap/trainsnapConfig.cmake"
 test -f "$prefix/lib/pkgconfig/trainsnap.pc"
 
-echo "== CMake consumer (find_package(trainsnap))"
+echo "== exported target"
+targets="$prefix/lib/cmake/trainsnap/trainsnapTargets.cmake"
+test -f "$targets"
+# Nothing installed may name the prefix it was installed to.
+if grep -rl -- "$installed" "$prefix/lib/cmake" "$prefix/lib/pkgconfig"; then
+  fail "installed files name the original prefix $installed"
+fi
+grep -q 'libc10\.so' "$targets" && fail "the exported target hard-codes libc10.so: $(grep -o '[^"]*libc10\.so' "$targets")"
+includes=$(grep 'INTERFACE_INCLUDE_DIRECTORIES' "$targets")
+[ "$includes" = '  INTERFACE_INCLUDE_DIRECTORIES "${_IMPORT_PREFIX}/include"' ] ||
+  fail "include directories are not exactly \${_IMPORT_PREFIX}/include: $includes"
+grep -q 'INTERFACE_COMPILE_FEATURES "cxx_std_17"' "$targets" || fail "the exported target does not require C++17"
+links=$(grep 'INTERFACE_LINK_LIBRARIES' "$targets")
+[ "$links" = '  INTERFACE_LINK_LIBRARIES "torch"' ] || fail "unexpected link interface: $links"
+
+echo "== CMake consumer (find_package(trainsnap)), C++14 project"
 cmake -S "$TRAINSNAP_CONSUMER_DIR" -B "$TRAINSNAP_WORK_DIR/cmake-build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$TRAINSNAP_WORK_DIR/cmake-build" >/dev/null
@@ -24,4 +48,4 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 g++ -std=c++17 -O1 -o "$TRAINSNAP_WORK_DIR/store_consumer" "$TRAINSNAP_CONSUMER_DIR/store_consumer.cc" \
   $(pkg-config --cflags --libs trainsnap) -Wl,-rpath,"$prefix/lib"
 "$TRAINSNAP_WORK_DIR/store_consumer" "$TRAINSNAP_WORK_DIR/store-pc"
-echo "install test: OK"
+echo "install test: OK (from a prefix moved after installation)"

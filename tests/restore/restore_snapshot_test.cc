@@ -46,8 +46,9 @@ TEST_P(RoundTripTest, MidWindowSnapshotRestoresBitwiseAndTrainsOnIdentically) {
   torch::manual_seed(777);
   ASSERT_NE(FirstDifference(expected, Fingerprint(resumed.State())), "");
   Checkpointer reader(*ts.store);
-  Status status = reader.RestoreLatest(resumed.State());
-  ASSERT_TRUE(status.ok()) << status.ToString();
+  Result<int64_t> restored = reader.RestoreLatest(resumed.State());
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(*restored, 7);
   EXPECT_EQ(FirstDifference(expected, Fingerprint(resumed.State())), "");
 
   // Both go on for two more windows and a bit: identical bit for bit.

@@ -40,6 +40,11 @@ void AppendModel(const std::string& prefix, torch::nn::Module& model, torch::opt
     out.emplace_back("optim/" + name + "/exp_avg", s.exp_avg().clone());
     out.emplace_back("optim/" + name + "/exp_avg_sq", s.exp_avg_sq().clone());
   }
+  // BatchNorm's running statistics and batch counter: training-mode forward
+  // passes update them, so a resume that lost them diverges.
+  for (const auto& item : model.named_buffers()) {
+    out.emplace_back("buffer/" + prefix + "." + item.key(), item.value().clone());
+  }
   const auto& o = static_cast<const torch::optim::AdamOptions&>(optimizer.param_groups()[0].options());
   out.emplace_back("group/" + prefix,
                    torch::tensor({o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay()},
@@ -49,9 +54,10 @@ void AppendModel(const std::string& prefix, torch::nn::Module& model, torch::opt
 }  // namespace
 
 GanRun::GanRun(uint64_t init_seed)
-    : generator_(torch::nn::Linear(kNoise, kHidden), torch::nn::ReLU(), torch::nn::Linear(kHidden, kData)),
-      discriminator_(torch::nn::Linear(kData, kHidden), torch::nn::LeakyReLU(), torch::nn::Dropout(0.2),
-                     torch::nn::Linear(kHidden, 1)) {
+    : generator_(torch::nn::Linear(kNoise, kHidden), torch::nn::BatchNorm1d(kHidden), torch::nn::ReLU(),
+                 torch::nn::Linear(kHidden, kData)),
+      discriminator_(torch::nn::Linear(kData, kHidden), torch::nn::BatchNorm1d(kHidden), torch::nn::LeakyReLU(),
+                     torch::nn::Dropout(0.2), torch::nn::Linear(kHidden, 1)) {
   Initialise(*generator_, init_seed);
   Initialise(*discriminator_, init_seed + 1);
   // DCGAN's settings: Adam, lr 2e-4, betas (0.5, 0.999).

@@ -1,6 +1,7 @@
 // A second bit-exact resume workload: two models with two optimizers in one
-// snapshot (a GAN's generator and discriminator, as in LibTorch's DCGAN
-// example), captured through TrainingState::models / ::optimizers.
+// snapshot (a GAN's generator and discriminator with BatchNorm in training
+// mode, as in LibTorch's DCGAN example), captured through
+// TrainingState::models / ::optimizers with the Checkpointer's defaults.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,7 @@ class GanRun {
   std::vector<std::pair<int64_t, double>> losses_;  // generator loss per step
 };
 
-// Both models' parameters and gradients, both optimizers' state and
+// Both models' parameters, gradients and buffers, both optimizers' state and
 // options, the cursor and the RNG, as named tensors (see CollectTrainingState).
 NamedTensors CollectGanState(GanRun& run);
 
