@@ -177,19 +177,21 @@ void CapturePipeline::Commit(Job& job) {
   if (job.on_done) job.on_done(job.status);
   Status status = job.status;
   job.staged.reset();
-  if (status.ok()) {
-    // Before the handle is ready: whoever waited on it sees the step in lag_stats().
+  {
+    // Before the handle is ready: whoever waited on it sees the step in
+    // lag_stats(), and a capture of the same step is then refused by the
+    // store (stored), not as "already in flight".
     std::lock_guard<std::mutex> lock(mu_);
-    last_committed_step_ = step;
+    if (status.ok()) last_committed_step_ = step;
+    steps_in_flight_.erase(steps_in_flight_.find(step));
   }
   job.state->Finish(status);
-  Done(step, status);
+  Done(status);
 }
 
-void CapturePipeline::Done(int64_t step, const Status& status) {
+void CapturePipeline::Done(const Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!status.ok() && first_error_.ok()) first_error_ = status;
-  steps_in_flight_.erase(steps_in_flight_.find(step));
   --in_flight_;
   idle_.notify_all();
 }

@@ -108,7 +108,7 @@ class CapturePipeline {
   void Encode(Job& job);
   void EncodeDone(std::shared_ptr<Job> job);
   void Commit(Job& job);
-  void Done(int64_t step, const Status& status);
+  void Done(const Status& status);
 
   Store& store_;
   std::shared_ptr<StagingPool> staging_pool_;

@@ -20,6 +20,15 @@ Status Failed(int error) {
                                : Status::IOError("write to standard output: " + cause);
 }
 
+// The stream failed in an earlier write whose errno has since been
+// overwritten: one more byte on the broken output says why (ENOSPC, EIO, ...).
+int ProbeError() {
+  std::clearerr(stdout);
+  errno = 0;
+  if (std::fputc('\n', stdout) == EOF || std::fflush(stdout) != 0) return errno;
+  return 0;
+}
+
 }  // namespace
 
 Status FlushStdout() {
@@ -27,7 +36,7 @@ Status FlushStdout() {
   std::cout.flush();
   const int flush_error = errno;
   if (std::fflush(stdout) != 0) return Failed(errno != 0 ? errno : flush_error);
-  if (!std::cout.good() || std::ferror(stdout) != 0) return Failed(flush_error);
+  if (!std::cout.good() || std::ferror(stdout) != 0) return Failed(flush_error != 0 ? flush_error : ProbeError());
   return Status::OK();
 }
 

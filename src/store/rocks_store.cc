@@ -1725,7 +1725,7 @@ Status RocksStore::CheckRetentionKeeps(int64_t step) {
   // snapshot committed below it would be pruned as soon as keep_last higher
   // ones exist, and would never be the one RestoreLatest returns. A run that
   // resumed from an older step must drop the abandoned later snapshots first.
-  return Status::InvalidArgument(StepName(step) + " is below the latest stored " + StepName(latest) +
+  return Status::InvalidArgument("below the latest stored " + StepName(latest) +
                                  ": retention (keep_last = " + std::to_string(retention_.keep_last) +
                                  ") keeps the highest steps and RestoreLatest returns the highest; "
                                  "Rollback to the step the run resumed from first, or keep steps increasing");

@@ -179,7 +179,7 @@ TEST(CheckpointerTest, RetentionRefusesAStepBelowTheLatestAndKeepsWhatItAcknowle
   Status status = checkpointer.Capture(3, resumed.State());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "capture step 3: step 3 is below the latest stored step 5: retention (keep_last = 2) keeps the highest "
+            "capture step 3: commit snapshot step 3: below the latest stored step 5: retention (keep_last = 2) keeps the highest "
             "steps and RestoreLatest returns the highest; Rollback to the step the run resumed from first, or keep "
             "steps increasing");
   EXPECT_EQ(steps(), (std::vector<int64_t>{4, 5}));
