@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 #include <rocksdb/snapshot.h>
@@ -134,7 +135,12 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
   chunks.min_blob_size = kMinBlobBytes;
   chunks.blob_compression_type = rocksdb::kNoCompression;  // payloads are zstd already
   chunks.compression = rocksdb::kNoCompression;
-  chunks.enable_blob_garbage_collection = true;
+  // No relocation in automatic compactions: it rewrites live values at
+  // times nobody chose, needing free space that a nearly full disk lacks
+  // (a background compaction then failed a delete with NoSpace). ReclaimSpace
+  // relocates explicitly (BlobGarbageCollectionPolicy::kForce), within the
+  // free space it finds.
+  chunks.enable_blob_garbage_collection = false;
   // Most look-ups of a new chunk's hash miss: a Bloom filter answers them
   // without reading a data block.
   rocksdb::BlockBasedTableOptions table;
@@ -161,11 +167,28 @@ class DiscardLogger final : public rocksdb::Logger {
   void Logv(const char* /*format*/, va_list /*ap*/) override {}
 };
 
+// RocksDB's own recovery from a background error (the SstFileManager's
+// thread that resumes once space is free, and the resume loop for
+// retryable I/O errors such as ENOSPC) races trainsnap's: ReopenLocked closes
+// the database, and Close() waits for a recovery in progress, whose flush
+// on a still-full disk fails, sleeps 1 s and is rescheduled while recovery
+// runs. A writer could wait there for minutes (seen on a full tmpfs). Only
+// trainsnap recovers: it reopens on the next write (PrepareWrite).
+class NoAutoRecovery final : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*bg_error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
 rocksdb::DBOptions BaseDbOptions() {
   rocksdb::DBOptions o;
   o.paranoid_checks = true;
   static const auto logger = std::make_shared<DiscardLogger>();
   o.info_log = logger;
+  o.listeners.push_back(std::make_shared<NoAutoRecovery>());
+  o.max_bgerror_resume_count = 0;
   // Snapshot and tensor records are small: their memtables seldom fill, and a
   // WAL file lives until every CF with data in it is flushed. Bound the WAL
   // (RocksDB's default bound is 4x all memtables, ~2.5 GiB here): past this,
