@@ -19,6 +19,7 @@
 #include "cli/store_access.h"
 #include "cli/table.h"
 #include "cli/tensor_decode.h"
+#include "cli/tensor_values.h"
 #include "manifest.pb.h"
 
 namespace trainsnap::cli {
@@ -52,46 +53,6 @@ struct ContractDiff {
   std::string a;
   std::string b;
 };
-
-// Elements per slice when comparing in float64: bounds the extra memory.
-constexpr int64_t kSliceElements = int64_t{1} << 22;
-
-// Compares the decoded tensors slice by slice in float64 (complex128 for
-// complex dtypes). Bitwise-equal elements (NaNs included) count as equal.
-Status CompareValues(const torch::Tensor& a, const torch::Tensor& b, TensorDiff& diff) {
-  try {
-    torch::Tensor fa = a.reshape({-1});
-    torch::Tensor fb = b.reshape({-1});
-    bool complex = a.is_complex();
-    torch::ScalarType wide = complex ? torch::kComplexDouble : torch::kFloat64;
-    double max_abs = 0.0, diff_sq = 0.0, a_sq = 0.0;
-    bool nan = false;
-    for (int64_t begin = 0; begin < fa.numel(); begin += kSliceElements) {
-      int64_t length = std::min(kSliceElements, fa.numel() - begin);
-      torch::Tensor sa = fa.narrow(0, begin, length).to(wide);
-      torch::Tensor sb = fb.narrow(0, begin, length).to(wide);
-      torch::Tensor same = sa.eq(sb).logical_or(sa.isnan().logical_and(sb.isnan()));
-      torch::Tensor d = torch::where(same, torch::zeros({}, sa.options()), sb - sa).abs();
-      if (d.isnan().any().item<bool>()) nan = true;
-      max_abs = std::max(max_abs, d.max().item<double>());
-      diff_sq += d.square().sum().item<double>();
-      a_sq += sa.abs().square().sum().item<double>();
-    }
-    if (nan) {
-      diff.max_abs_diff = std::nan("");
-      return Status::OK();
-    }
-    diff.max_abs_diff = max_abs;
-    if (diff_sq == 0.0) {
-      diff.relative_l2 = 0.0;
-    } else if (a_sq > 0.0) {
-      diff.relative_l2 = std::sqrt(diff_sq) / std::sqrt(a_sq);
-    }
-  } catch (const c10::Error& e) {
-    return Status::Aborted(std::string("compare values: ") + e.what_without_backtrace());
-  }
-  return Status::OK();
-}
 
 std::string JoinNames(const google::protobuf::RepeatedPtrField<std::string>& names) {
   std::string out;
@@ -206,11 +167,15 @@ Status RunDiff(const DiffOptions& options) {
     for (auto& [key, d] : diffs) {
       if (d.status != "changed") continue;
       const std::string context = "tensor `" + d.name + "` role " + d.role;
-      auto ta = ReadAsTorch(*store, *d.a);
+      auto ta = ReadTensorBytes(*store, *d.a);
       if (!ta.ok()) return ta.status().WithContext("step " + std::to_string(options.a) + ": " + context);
-      auto tb = ReadAsTorch(*store, *d.b);
+      auto tb = ReadTensorBytes(*store, *d.b);
       if (!tb.ok()) return tb.status().WithContext("step " + std::to_string(options.b) + ": " + context);
-      TRAINSNAP_RETURN_IF_ERROR(CompareValues(*ta, *tb, d).WithContext(context));
+      // Same dtype and shape (status "changed"), so the same element count.
+      auto values = CompareValues(d.a->dtype, ta->data(), tb->data(), ta->size() / DTypeSize(d.a->dtype));
+      if (!values.ok()) return values.status().WithContext(context);
+      d.max_abs_diff = values->max_abs_diff;
+      d.relative_l2 = values->relative_l2;
       decoded += d.a->bytes + d.b->bytes;
       progress.Update(decoded, decode_total);
     }

@@ -141,17 +141,19 @@ Status RunExport(const ExportOptions& options) {
     }
     TRAINSNAP_RETURN_IF_ERROR((*writer)->Finish());
   } else {
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> tensors;
-    for (const auto& [name, r] : by_name) {
-      auto tensor = ReadAsTorch(*store, *r);
-      if (!tensor.ok()) return tensor.status().WithContext(context + ": tensor `" + name + "`");
-      names.push_back(name);
-      tensors.push_back(std::move(*tensor));
-      done += r->bytes;
+    std::vector<TorchArchiveEntry> entries;
+    for (const auto& [name, r] : by_name) entries.push_back({name, r->dtype, r->shape, r->bytes});
+    auto writer = TorchArchiveWriter::Create(options.out, std::move(entries));
+    if (!writer.ok()) return writer.status();
+    for (const TorchArchiveEntry& e : (*writer)->entries()) {
+      const TensorRecord& r = *by_name.at(e.name);
+      auto bytes = ReadTensorBytes(*store, r);
+      if (!bytes.ok()) return bytes.status().WithContext(context + ": tensor `" + e.name + "`");
+      TRAINSNAP_RETURN_IF_ERROR((*writer)->Append(bytes->data(), bytes->size()));
+      done += r.bytes;
       progress.Update(done, total);
     }
-    TRAINSNAP_RETURN_IF_ERROR(WriteTorchStateDict(options.out, names, tensors));
+    TRAINSNAP_RETURN_IF_ERROR((*writer)->Finish());
   }
   progress.Finish();
 

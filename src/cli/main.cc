@@ -90,7 +90,7 @@ int Main(int argc, char** argv) {
     Status status;
     try {
       status = command.run();
-    } catch (const std::exception& e) {  // c10::Error included: nothing escapes as a crash
+    } catch (const std::exception& e) {  // std::bad_alloc included: nothing escapes as a crash
       status = Status::Aborted(std::string("unexpected error: ") + e.what());
     }
     // A report that did not reach stdout is a failure too; a command's own

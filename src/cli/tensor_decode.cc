@@ -1,44 +1,38 @@
 #include "cli/tensor_decode.h"
 
+#include <limits>
 #include <string>
 
 namespace trainsnap::cli {
 
-Result<torch::ScalarType> ScalarTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return torch::kFloat32;
-    case DType::kFloat64: return torch::kFloat64;
-    case DType::kFloat16: return torch::kFloat16;
-    case DType::kBFloat16: return torch::kBFloat16;
-    case DType::kInt8: return torch::kInt8;
-    case DType::kUInt8: return torch::kUInt8;
-    case DType::kInt16: return torch::kInt16;
-    case DType::kInt32: return torch::kInt32;
-    case DType::kInt64: return torch::kInt64;
-    case DType::kBool: return torch::kBool;
-    case DType::kComplex64: return torch::kComplexFloat;
-    case DType::kComplex128: return torch::kComplexDouble;
-    case DType::kUnknown: break;
+Result<uint64_t> ElementCount(const std::vector<int64_t>& shape) {
+  uint64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return Status::Corruption("shape has a negative dimension " + std::to_string(d));
+    if (d != 0 && count > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      return Status::Corruption("shape's element count overflows");
+    }
+    count *= static_cast<uint64_t>(d);
   }
-  return Status::NotSupported("dtype code " + std::to_string(static_cast<uint32_t>(dtype)) +
-                              " has no LibTorch type");
+  return count;
 }
 
-Result<torch::Tensor> ReadAsTorch(Store& store, const TensorRecord& record) {
-  TRAINSNAP_ASSIGN_OR_RETURN(torch::ScalarType type, ScalarTypeOf(record.dtype));
-  torch::Tensor tensor;
-  try {
-    tensor = torch::empty(record.shape, torch::TensorOptions().dtype(type).device(torch::kCPU));
-  } catch (const c10::Error& e) {
-    return Status::Aborted(std::string("allocate tensor: ") + e.what_without_backtrace());
+Result<std::vector<uint8_t>> ReadTensorBytes(Store& store, const TensorRecord& record) {
+  const size_t element_size = DTypeSize(record.dtype);
+  if (element_size == 0) {
+    return Status::NotSupported("dtype code " + std::to_string(static_cast<uint32_t>(record.dtype)) +
+                                " is not a known dtype");
   }
-  size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  if (bytes != record.bytes) {
+  TRAINSNAP_ASSIGN_OR_RETURN(uint64_t elements, ElementCount(record.shape));
+  if (elements > std::numeric_limits<uint64_t>::max() / element_size || elements * element_size != record.bytes) {
     return Status::Corruption("record says " + std::to_string(record.bytes) + " bytes, shape and dtype give " +
-                              std::to_string(bytes));
+                              (elements > std::numeric_limits<uint64_t>::max() / element_size
+                                   ? std::string("more than 2^64")
+                                   : std::to_string(elements * element_size)));
   }
-  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensor(record, tensor.data_ptr(), bytes));
-  return tensor;
+  std::vector<uint8_t> bytes(static_cast<size_t>(record.bytes));
+  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensor(record, bytes.data(), bytes.size()));
+  return bytes;
 }
 
 }  // namespace trainsnap::cli

@@ -1,16 +1,20 @@
-// Stored tensors as LibTorch tensors, for diff and export.
+// Stored tensors as raw bytes, for diff and export.
 #pragma once
 
-#include <torch/torch.h>
+#include <cstdint>
+#include <vector>
 
 #include "trainsnap/store.h"
 
 namespace trainsnap::cli {
 
-// LibTorch's scalar type for a store dtype; NotSupported for kUnknown.
-Result<torch::ScalarType> ScalarTypeOf(DType dtype);
-// Reads `record` (verifying every chunk hash) into a new contiguous CPU
-// tensor with the record's dtype and shape.
-Result<torch::Tensor> ReadAsTorch(Store& store, const TensorRecord& record);
+// Elements of a tensor of `shape`: Corruption for a negative dimension or a
+// count that overflows.
+Result<uint64_t> ElementCount(const std::vector<int64_t>& shape);
+// Reads `record` (verifying every chunk hash) into a new buffer: its
+// elements, contiguous, row-major, little-endian. NotSupported for an
+// unknown dtype; Corruption when the record's byte count disagrees with its
+// shape and dtype.
+Result<std::vector<uint8_t>> ReadTensorBytes(Store& store, const TensorRecord& record);
 
 }  // namespace trainsnap::cli

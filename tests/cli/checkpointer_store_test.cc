@@ -85,7 +85,7 @@ TEST_F(CheckpointerStoreTest, DiffSeesTheTrainingStep) {
   EXPECT_EQ(changed_params, 4);  // Adam moves every parameter
 }
 
-// The torch export is a plain dict {name: tensor} (torch::pickle_save).
+// The torch export is a plain dict {name: tensor} (torch.save's layout).
 std::map<std::string, torch::Tensor> LoadTorchExport(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,6 +1,8 @@
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -140,6 +142,81 @@ TEST_F(DiffCommandTest, SameSnapshotHasNoChanges) {
   EXPECT_EQ(doc["summary"]["chunks_changed"], 0);
   EXPECT_EQ(doc["contract"]["differences"].size(), 0u);
   for (const auto& t : doc["tensors"]) EXPECT_EQ(t["status"], "unchanged");
+}
+
+template <typename T>
+std::vector<uint8_t> Raw(const std::vector<T>& values) {
+  std::vector<uint8_t> out(values.size() * sizeof(T));
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// Values of every dtype beyond float32 and int64 (above), with exact
+// expected differences: half and bfloat16 subnormals, complex magnitudes,
+// NaN on both sides counting as equal.
+TEST(DiffDTypesTest, MaxAbsDiffIsExactForEveryDType) {
+  TempDir dir;
+  const std::string store_path = dir.path() + "/store";
+  const double nan = std::nan("");
+  struct Case {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> a, b;
+    double max_abs;
+    std::optional<double> relative_l2;  // checked when set
+  };
+  const std::vector<Case> cases = {
+      {"f16", DType::kFloat16, {4}, Raw<uint16_t>({0x3c00, 0x3800, 0x0001, 0x7bff}),
+       Raw<uint16_t>({0x3e00, 0x3800, 0x0002, 0x7bff}), 0.5,
+       std::sqrt(0.25 + std::ldexp(1.0, -48)) / std::sqrt(1.25 + std::ldexp(1.0, -48) + 65504.0 * 65504.0)},
+      {"bf16", DType::kBFloat16, {3}, Raw<uint16_t>({0x3f80, 0x4049, 0x0001}), Raw<uint16_t>({0x3f80, 0xc1a0, 0x0001}),
+       23.140625, std::nullopt},
+      {"c64", DType::kComplex64, {2}, Raw<float>({1, 2, 0, 0}), Raw<float>({4, 6, 0, 0}), 5.0, std::sqrt(5.0)},
+      {"c128", DType::kComplex128, {2}, Raw<double>({0.5, 0, nan, 1}), Raw<double>({0.5, 0.25, nan, 1}), 0.25,
+       std::nullopt},
+      {"flags", DType::kBool, {5}, {1, 0, 0, 1, 1}, {1, 1, 0, 1, 1}, 1.0, 1.0 / std::sqrt(3.0)},
+      {"i8", DType::kInt8, {2}, Raw<int8_t>({-128, 5}), Raw<int8_t>({127, 5}), 255.0, std::nullopt},
+      {"u8", DType::kUInt8, {2}, {0, 200}, {255, 200}, 255.0, std::nullopt},
+      {"i16", DType::kInt16, {1}, Raw<int16_t>({-32768}), Raw<int16_t>({32767}), 65535.0, 65535.0 / 32768.0},
+      {"i32", DType::kInt32, {2}, Raw<int32_t>({std::numeric_limits<int32_t>::min(), 0}),
+       Raw<int32_t>({std::numeric_limits<int32_t>::max(), 0}), 4294967295.0, 4294967295.0 / 2147483648.0},
+      {"f64", DType::kFloat64, {2}, Raw<double>({0.1, 2}), Raw<double>({0.3, 2}), std::abs(0.3 - 0.1),
+       std::nullopt},
+  };
+  std::vector<TensorSpec> side_a, side_b;
+  proto::TrainingManifest m;
+  m.set_format_version(1);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto* p = m.add_params();
+    p->set_id(0x300 + i);
+    p->add_names(cases[i].name);
+    side_a.push_back({0x300 + i, "param", cases[i].dtype, cases[i].shape, cases[i].a});
+    side_b.push_back({0x300 + i, "param", cases[i].dtype, cases[i].shape, cases[i].b});
+  }
+  {
+    auto store = Store::Open(store_path, TestStoreOptions());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(WriteSnapshot(**store, 1, side_a, m.SerializeAsString()).ok());
+    ASSERT_TRUE(WriteSnapshot(**store, 2, side_b, m.SerializeAsString()).ok());
+  }
+  CliRun run = RunCli({"diff", store_path, "1", "2", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json doc = run.Json();
+  std::map<std::string, nlohmann::json> t;
+  for (const auto& e : doc["tensors"]) t[e["name"]] = e;
+  ASSERT_EQ(t.size(), cases.size()) << doc.dump(1);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(t[c.name]["status"], "changed");
+    EXPECT_EQ(t[c.name]["max_abs_diff"].get<double>(), c.max_abs);
+    if (c.relative_l2.has_value()) {
+      EXPECT_DOUBLE_EQ(t[c.name]["relative_l2"].get<double>(), *c.relative_l2);
+    }
+  }
+  EXPECT_TRUE(t["c128"]["relative_l2"].is_null());  // ||a|| is NaN
+  EXPECT_DOUBLE_EQ(t["bf16"]["relative_l2"].get<double>(),
+                   23.140625 / std::sqrt(1.0 + 3.140625 * 3.140625 + std::ldexp(1.0, -266)));
 }
 
 }  // namespace

@@ -21,6 +21,12 @@ test -f "$prefix/include/trainsnap/sampler.h"
 test -f "$prefix/lib/cmake/trainsnap/trainsnapConfig.cmake"
 test -f "$prefix/lib/pkgconfig/trainsnap.pc"
 
+echo "== the trainsnap tool runs from the moved prefix, without LibTorch"
+"$prefix/bin/trainsnap" --version | grep -qx "trainsnap [0-9.]*" || fail "bin/trainsnap --version failed"
+if ldd "$prefix/bin/trainsnap" | grep -E 'libtorch|libc10|libtrainsnap'; then
+  fail "bin/trainsnap links LibTorch or libtrainsnap"
+fi
+
 echo "== exported target"
 targets="$prefix/lib/cmake/trainsnap/trainsnapTargets.cmake"
 test -f "$targets"
