@@ -103,7 +103,9 @@ struct StoreOptions {
   // full disk: released when one of them finds less free space than this,
   // re-created once twice this much is free. Must be 0 (no reserve) or at
   // least twice max_unflushed_bytes: giving space back on a full disk
-  // flushes what is unflushed, up to two memtables of that size.
+  // flushes what is unflushed, up to two memtables of that size. Leave room
+  // above that for the commit that crossed the bound and the chunks of a
+  // capture that failed for lack of space (up to one snapshot's new bytes).
   uint64_t reserve_bytes = uint64_t{40} << 20;
 };
 

@@ -109,7 +109,10 @@ TEST(PowerLossTest, WithoutCloseEveryImageHoldsExactlyTheCommittedSnapshots) {
     EXPECT_TRUE(StoreHoldsExactly(**store, image.committed));
     auto verify = (*store)->Verify();
     ASSERT_TRUE(verify.ok()) << verify.status().ToString();
-    EXPECT_TRUE(verify->ok());
+    EXPECT_TRUE(verify->ok()) << "first problem (of " << verify->problems.size() << "): step "
+                              << (verify->problems.empty() ? 0 : verify->problems[0].step) << " file `"
+                              << (verify->problems.empty() ? "" : verify->problems[0].file) << "`: "
+                              << (verify->problems.empty() ? "" : verify->problems[0].status.ToString());
     store->reset();
     if (image.partial_step != 0) {
       EXPECT_EQ(CountTensorRecords(image.path, image.partial_step), 0u);

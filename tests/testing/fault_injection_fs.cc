@@ -425,7 +425,11 @@ IOStatus FaultInjectionFS::CopySyncedState(const std::string& dir, const std::st
   fs::create_directories(dest, ec);
   if (ec) return IOStatus::IOError("power-loss image: create " + dest + ": " + ec.message());
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_regular_file()) continue;
+    // DeleteFile unlinks before it takes mu_: a file RocksDB deletes in the
+    // background can vanish between the listing and the copy. It was being
+    // deleted at the moment of the image, so the image does not hold it.
+    std::error_code file_ec;
+    if (!e.is_regular_file(file_ec)) continue;
     const std::string name = (fs::path(dir) / e.path().filename()).string();
     uint64_t keep = UINT64_MAX;  // a file this FS never wrote: whole
     auto it = files_.find(name);
@@ -434,8 +438,13 @@ IOStatus FaultInjectionFS::CopySyncedState(const std::string& dir, const std::st
       keep = it->second.synced_size;
     }
     const fs::path target = fs::path(dest) / e.path().filename();
-    fs::copy_file(e.path(), target, fs::copy_options::overwrite_existing, ec);
-    if (ec) return IOStatus::IOError("power-loss image: copy " + name + ": " + ec.message());
+    fs::copy_file(e.path(), target, fs::copy_options::overwrite_existing, file_ec);
+    std::error_code gone_ec;
+    if (file_ec == std::errc::no_such_file_or_directory && !fs::exists(e.path(), gone_ec)) {
+      fs::remove(target, gone_ec);
+      continue;
+    }
+    if (file_ec) return IOStatus::IOError("power-loss image: copy " + name + ": " + file_ec.message());
     if (keep != UINT64_MAX && keep < fs::file_size(target, ec)) {
       fs::resize_file(target, keep, ec);
       if (ec) return IOStatus::IOError("power-loss image: truncate " + target.string() + ": " + ec.message());
