@@ -17,18 +17,24 @@ Result<uint64_t> ElementCount(const std::vector<int64_t>& shape) {
   return count;
 }
 
-Result<std::vector<uint8_t>> ReadTensorBytes(Store& store, const TensorRecord& record) {
-  const size_t element_size = DTypeSize(record.dtype);
+Result<uint64_t> ContiguousBytes(DType dtype, const std::vector<int64_t>& shape) {
+  const uint64_t element_size = DTypeSize(dtype);
   if (element_size == 0) {
-    return Status::NotSupported("dtype code " + std::to_string(static_cast<uint32_t>(record.dtype)) +
+    return Status::NotSupported("dtype code " + std::to_string(static_cast<uint32_t>(dtype)) +
                                 " is not a known dtype");
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(uint64_t elements, ElementCount(record.shape));
-  if (elements > std::numeric_limits<uint64_t>::max() / element_size || elements * element_size != record.bytes) {
+  TRAINSNAP_ASSIGN_OR_RETURN(uint64_t elements, ElementCount(shape));
+  if (elements > std::numeric_limits<uint64_t>::max() / element_size) {
+    return Status::Corruption("shape's byte count overflows");
+  }
+  return elements * element_size;
+}
+
+Result<std::vector<uint8_t>> ReadTensorBytes(Store& store, const TensorRecord& record) {
+  TRAINSNAP_ASSIGN_OR_RETURN(uint64_t expected, ContiguousBytes(record.dtype, record.shape));
+  if (expected != record.bytes) {
     return Status::Corruption("record says " + std::to_string(record.bytes) + " bytes, shape and dtype give " +
-                              (elements > std::numeric_limits<uint64_t>::max() / element_size
-                                   ? std::string("more than 2^64")
-                                   : std::to_string(elements * element_size)));
+                              std::to_string(expected));
   }
   std::vector<uint8_t> bytes(static_cast<size_t>(record.bytes));
   TRAINSNAP_RETURN_IF_ERROR(store.ReadTensor(record, bytes.data(), bytes.size()));

@@ -184,13 +184,13 @@ Result<std::string> TorchStateDictPickle(const std::vector<TorchArchiveEntry>& e
       return Status::InvalidArgument("torch file: tensor name `" + e.name + "` is not valid UTF-8");
     }
     TRAINSNAP_ASSIGN_OR_RETURN(std::string storage_class, TorchStorageClass(e.dtype));
-    auto elements = ElementCount(e.shape);
-    if (!elements.ok()) return elements.status().WithContext("torch file: tensor `" + e.name + "`");
-    const uint64_t element_size = DTypeSize(e.dtype);
-    if (*elements > std::numeric_limits<int64_t>::max() / element_size || *elements * element_size != e.bytes) {
+    auto bytes = ContiguousBytes(e.dtype, e.shape);
+    if (!bytes.ok()) return bytes.status().WithContext("torch file: tensor `" + e.name + "`");
+    if (*bytes != e.bytes || *bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return Status::InvalidArgument("torch file: tensor `" + e.name + "` has " + std::to_string(e.bytes) +
                                      " bytes, its shape and dtype do not give that");
     }
+    const uint64_t elements = *bytes / DTypeSize(e.dtype);
     PickleString(out, e.name);
     PickleGlobal(out, "torch._utils", "_rebuild_tensor_v2");
     out.push_back(kMark);  // the arguments of _rebuild_tensor_v2
@@ -199,7 +199,7 @@ Result<std::string> TorchStateDictPickle(const std::vector<TorchArchiveEntry>& e
     PickleGlobal(out, "torch", storage_class);
     PickleString(out, std::to_string(i));
     PickleString(out, "cpu");
-    PickleInt(out, static_cast<int64_t>(*elements));
+    PickleInt(out, static_cast<int64_t>(elements));
     out.push_back(kTuple);
     out.push_back(kBinPersId);
     PickleInt(out, 0);  // storage offset
