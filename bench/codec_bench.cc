@@ -282,6 +282,28 @@ void BM_DeltaTrial(benchmark::State& state, const DeltaSet& set) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
 }
 
+// Small tensors (issue 18, item 4): the first `bytes` bytes of a delta pair,
+// i.e. a whole tensor of that size in one chunk. Counters are exact stored
+// sizes of the new version: `plain_bytes` (EncodeChunk: shuffle/split + Zstd,
+// or raw when Zstd saves < 3 %) and `delta_bytes` (EncodeDeltaChunk plus the
+// 32-byte chunk_deps entry a delta adds: 16-byte key, 16-byte value). The
+// timed loop is the writer's work for a delta candidate: both encodings.
+void BM_SmallDelta(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p);
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::string plain, delta;
+  for (auto _ : state) {
+    if (!EncodeChunk(p.after.data(), bytes, o, &plain).ok()) std::abort();
+    if (!EncodeDeltaChunk(p.after.data(), p.before.data(), bytes, ChunkHash{}, 0, o, &delta).ok()) std::abort();
+    benchmark::DoNotOptimize(plain.data());
+    benchmark::DoNotOptimize(delta.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.counters["plain_bytes"] = static_cast<double>(plain.size());
+  state.counters["delta_bytes"] = static_cast<double>(delta.size() + 2 * sizeof(ChunkHash));
+}
+
 int RegisterAll() {
   benchmark::RegisterBenchmark("BM_Xxh3_128/1MiB", BM_Xxh3_128);
   for (const DataSet& data : kDataSets) {
@@ -299,6 +321,8 @@ int RegisterAll() {
     benchmark::RegisterBenchmark(("BM_EncodeDelta/" + std::string(set.name)).c_str(), BM_EncodeDelta, set);
     benchmark::RegisterBenchmark(("BM_DecodeDelta/" + std::string(set.name)).c_str(), BM_DecodeDelta, set);
     benchmark::RegisterBenchmark(("BM_DeltaTrial/" + std::string(set.name)).c_str(), BM_DeltaTrial, set);
+    benchmark::RegisterBenchmark(("BM_SmallDelta/" + std::string(set.name)).c_str(), BM_SmallDelta, set)
+        ->ArgName("bytes")->Arg(64)->Arg(128)->Arg(256)->Arg(1024)->Arg(2048)->Arg(4096)->Arg(16384)->Arg(65536);
   }
   return 0;
 }

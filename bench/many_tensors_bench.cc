@@ -7,7 +7,9 @@
 //   stall    -- Checkpointer::CaptureAsync on the calling thread (then Wait);
 //   restore  -- Checkpointer::Restore into a second module + optimizer;
 //   save / load -- torch::save / torch::load of the same 3N tensors;
-//   manifest -- SnapshotInfo::manifest_bytes of a snapshot (what each one repeats).
+//   manifest -- SnapshotInfo::manifest_bytes of a snapshot (what each one repeats);
+//   new      -- SnapshotInfo::new_bytes of each CaptureAsync snapshot (chunk
+//               bytes it wrote: deltas against the previous one, issue 18 item 4).
 // Medians of `runs` repetitions. Prints a table and the ratios the issue
 // asks for (50k / 5k, restore / torch::load); writes JSON with --json.
 // Usage: many_tensors_bench [--counts 5000,10000,20000,50000] [--floats 64]
@@ -94,6 +96,7 @@ struct Figures {
   int64_t count = 0;
   double capture = 0, stall = 0, restore = 0, save = 0, load = 0;
   uint64_t manifest_bytes = 0, logical_bytes = 0, tensors = 0;
+  double new_bytes = 0;  // median over runs
 };
 
 Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, const std::filesystem::path& dir) {
@@ -113,7 +116,7 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, const 
 
   Figures f;
   f.count = count;
-  std::vector<double> capture, stall, restore, save, load;
+  std::vector<double> capture, stall, restore, save, load, new_bytes;
   Checkpointer checkpointer(*store);
   int64_t step = 0;
   for (int run = 0; run < runs; ++run) {
@@ -128,6 +131,9 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, const 
     stall.push_back(Seconds(a, Clock::now()));
     Check(handle.status(), "capture async");
     Check(handle->Wait(), "capture async wait");
+    auto written = store->Info(step);
+    Check(written.status(), "info");
+    new_bytes.push_back(static_cast<double>(written->new_bytes));
 
     a = Clock::now();
     Check(checkpointer.Restore(step, target.State()), "restore");
@@ -154,6 +160,7 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, const 
   f.restore = Median(restore);
   f.save = Median(save);
   f.load = Median(load);
+  f.new_bytes = Median(new_bytes);
   return f;
 }
 
@@ -180,14 +187,14 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
 
   std::vector<Figures> all;
-  std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s\n", "params", "tensors", "capture", "stall", "restore",
-              "save", "load", "rest/load", "manifest");
+  std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s %12s\n", "params", "tensors", "capture", "stall", "restore",
+              "save", "load", "rest/load", "manifest", "new");
   for (int64_t count : counts) {
     Figures f = Measure(count, floats, runs, worker_nice, dir_arg);
-    std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB\n",
+    std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB %10.1fkB\n",
                 static_cast<long long>(count), static_cast<unsigned long long>(f.tensors), f.capture * 1e3,
                 f.stall * 1e3, f.restore * 1e3, f.save * 1e3, f.load * 1e3, f.restore / f.load,
-                f.manifest_bytes / 1e3);
+                f.manifest_bytes / 1e3, f.new_bytes / 1e3);
     std::fflush(stdout);
     all.push_back(f);
   }
@@ -203,6 +210,7 @@ int main(int argc, char** argv) {
                               {"tensors", f.tensors},
                               {"logical_bytes", f.logical_bytes},
                               {"manifest_bytes", f.manifest_bytes},
+                              {"new_bytes", f.new_bytes},
                               {"capture_s", f.capture},
                               {"stall_s", f.stall},
                               {"restore_s", f.restore},

@@ -292,6 +292,56 @@ TEST(SnapshotWriterDeltaTest, KeyframeIntervalOneWritesNoDeltas) {
   EXPECT_EQ(Store::Open(dir.Sub("t"), bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Tensors under 4 KiB get deltas too (issue 18, item 4): from kMinDeltaBytes
+// (128) on, when the delta with its 48 fixed bytes (base hash, chunk_deps
+// entry) is smaller. Exact stored bytes: the writer's encodings, recomputed.
+TEST(SnapshotWriterDeltaTest, SmallTensorsGetDeltasWhenTheyPay) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const auto small_a = RandomFloats(256, 11);  // 1 KiB: one chunk
+  const auto small_b = Evolve(small_a, 1, 12);
+  const auto tiny_a = RandomFloats(16, 13);  // 64 bytes: below kMinDeltaBytes
+  const auto tiny_b = Evolve(tiny_a, 1, 14);
+  internal::ChunkEncodeOptions o;
+  o.zstd_level = StoreOptions().zstd_level;
+  o.element_size = 4;
+  std::string small_plain, small_delta, tiny_plain_a, tiny_plain_b;
+  ASSERT_TRUE(internal::EncodeChunk(small_a.data(), 1024, o, &small_plain).ok());
+  ASSERT_TRUE(internal::EncodeChunk(tiny_a.data(), 64, o, &tiny_plain_a).ok());
+  ASSERT_TRUE(internal::EncodeChunk(tiny_b.data(), 64, o, &tiny_plain_b).ok());
+  ChunkHash small_a_hash;
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto first = WriteSnapshot(**store, 1, {{1, &small_a}, {2, &tiny_a}});
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ(first->new_chunks, 2u);
+    EXPECT_EQ(first->new_bytes, small_plain.size() + tiny_plain_a.size());
+    auto record = (*store)->Tensor(1, 1, "param");
+    ASSERT_TRUE(record.ok());
+    ASSERT_EQ(record->chunks.size(), 1u);
+    small_a_hash = record->chunks[0].hash;
+    ASSERT_TRUE(internal::EncodeDeltaChunk(small_b.data(), small_a.data(), 1024, small_a_hash, 0, o, &small_delta).ok());
+    // What the trial saw: the delta with its fixed bytes beats the plain chunk.
+    ASSERT_LT(small_delta.size() + 2 * sizeof(ChunkHash), small_plain.size());
+
+    auto second = WriteSnapshot(**store, 2, {{1, &small_b}, {2, &tiny_b}});
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_EQ(second->new_chunks, 2u);
+    EXPECT_EQ(second->new_bytes, small_delta.size() + tiny_plain_b.size());
+    EXPECT_EQ(second->stored_bytes, small_delta.size() + tiny_plain_b.size());
+    EXPECT_EQ(ReadFloats(**store, 1, 1), small_a);
+    EXPECT_EQ(ReadFloats(**store, 2, 1), small_b);
+    EXPECT_EQ(ReadFloats(**store, 2, 2), tiny_b);
+    auto verify = (*store)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+  }
+  EXPECT_EQ(ChunkDepths(path, 2, 1), std::vector<int>{1});
+  EXPECT_EQ(ChunkDepths(path, 2, 2), std::vector<int>{0});
+  EXPECT_EQ(ChunkDepsEntries(path), 1u);
+}
+
 TEST(SnapshotWriterDeltaTest, GcKeepsEveryBaseALiveChunkNeeds) {
   TempDir dir;
   const std::string path = dir.Sub("s");
