@@ -69,9 +69,72 @@ Result<TensorRecord> ParseTensorRecord(std::string_view value, uint64_t param_id
   return out;
 }
 
-std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest) {
+namespace {
+
+void ToProto(const ChunkRef& c, proto::ChunkRefRecord* r) {
+  r->set_hash(reinterpret_cast<const char*>(c.hash.bytes.data()), c.hash.bytes.size());
+  r->set_raw_bytes(c.raw_bytes);
+  r->set_stored_bytes(c.stored_bytes);
+}
+
+bool KeyLess(uint64_t a_id, std::string_view a_role, uint64_t b_id, std::string_view b_role) {
+  return a_id != b_id ? a_id < b_id : a_role < b_role;
+}
+
+}  // namespace
+
+std::string SerializeRecordGroup(const std::vector<const TensorRecord*>& records) {
+  proto::TensorRecordGroup g;
+  for (const TensorRecord* r : records) {
+    proto::GroupedTensorRecord* out = g.add_records();
+    out->set_param_id(r->param_id);
+    out->set_role(r->role);
+    out->set_record(SerializeTensorRecord(*r));
+  }
+  return g.SerializeAsString();
+}
+
+Result<std::vector<TensorRecord>> ParseRecordGroup(std::string_view raw, const RecordGroupRef& ref) {
+  const std::string where = "record group " + ref.chunk.hash.Hex();
+  proto::TensorRecordGroup g;
+  if (!g.ParseFromArray(raw.data(), static_cast<int>(raw.size()))) {
+    return Status::Corruption(where + " does not parse");
+  }
+  if (static_cast<uint64_t>(g.records_size()) != ref.records) {
+    return Status::Corruption(where + " holds " + std::to_string(g.records_size()) +
+                              " records, the snapshot record says " + std::to_string(ref.records));
+  }
+  std::vector<TensorRecord> out;
+  out.reserve(g.records_size());
+  for (const proto::GroupedTensorRecord& r : g.records()) {
+    if (r.role().empty()) return Status::Corruption(where + ": a record with an empty role");
+    if (!out.empty() && !KeyLess(out.back().param_id, out.back().role, r.param_id(), r.role())) {
+      return Status::Corruption(where + ": records out of key order");
+    }
+    auto record = ParseTensorRecord(r.record(), r.param_id(), r.role());
+    if (!record.ok()) return record.status().WithContext(where + ": param_id " + std::to_string(r.param_id()) +
+                                                         " role " + r.role());
+    out.push_back(std::move(*record));
+  }
+  if (out.empty() || out.front().param_id != ref.first_param_id || out.front().role != ref.first_role) {
+    return Status::Corruption(where + ": first record differs from the snapshot record's key");
+  }
+  return out;
+}
+
+std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest,
+                                    const std::vector<RecordGroupRef>* groups) {
   proto::SnapshotRecord p;
-  p.set_format_version(kStoreFormatVersion);
+  p.set_format_version(groups ? kGroupedSnapshotFormatVersion : kStoreFormatVersion);
+  if (groups) {
+    for (const RecordGroupRef& g : *groups) {
+      proto::RecordGroupRef* r = p.add_record_groups();
+      ToProto(g.chunk, r->mutable_chunk());
+      r->set_first_param_id(g.first_param_id);
+      r->set_first_role(g.first_role);
+      r->set_records(g.records);
+    }
+  }
   p.set_step(info.step);
   p.set_created_unix_ms(info.created_unix_ms);
   proto::SnapshotStats* s = p.mutable_stats();
@@ -90,9 +153,10 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   if (!p.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
     return Status::Corruption("snapshot record does not parse");
   }
-  if (p.format_version() != kStoreFormatVersion) {
+  if (p.format_version() != kStoreFormatVersion && p.format_version() != kGroupedSnapshotFormatVersion) {
     return Status::NotSupported("snapshot record has format version " + std::to_string(p.format_version()) +
-                                "; this build reads version " + std::to_string(kStoreFormatVersion));
+                                "; this build reads versions " + std::to_string(kStoreFormatVersion) + " and " +
+                                std::to_string(kGroupedSnapshotFormatVersion));
   }
   if (p.step() != step) {
     return Status::Corruption("snapshot record holds step " + std::to_string(p.step()) + " under the key of step " +
@@ -109,6 +173,34 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   out.info.new_bytes = p.stats().new_bytes();
   out.info.manifest_bytes = p.manifest().size();
   out.manifest = p.manifest();
+  out.grouped = p.format_version() == kGroupedSnapshotFormatVersion;
+  if (!out.grouped && p.record_groups_size() > 0) {
+    return Status::Corruption("snapshot record of format version 1 lists record groups");
+  }
+  uint64_t records = 0;
+  for (const proto::RecordGroupRef& r : p.record_groups()) {
+    RecordGroupRef g;
+    if (r.chunk().hash().size() != 16) return Status::Corruption("record group: chunk hash is not 16 bytes");
+    std::copy(r.chunk().hash().begin(), r.chunk().hash().end(), g.chunk.hash.bytes.begin());
+    g.chunk.raw_bytes = r.chunk().raw_bytes();
+    g.chunk.stored_bytes = r.chunk().stored_bytes();
+    g.first_param_id = r.first_param_id();
+    g.first_role = r.first_role();
+    g.records = r.records();
+    if (g.records == 0 || g.first_role.empty() || g.chunk.raw_bytes == 0) {
+      return Status::Corruption("record group " + g.chunk.hash.Hex() + ": empty");
+    }
+    if (!out.groups.empty() &&
+        !KeyLess(out.groups.back().first_param_id, out.groups.back().first_role, g.first_param_id, g.first_role)) {
+      return Status::Corruption("record groups out of key order");
+    }
+    records += g.records;
+    out.groups.push_back(std::move(g));
+  }
+  if (out.grouped && records != out.info.tensors) {
+    return Status::Corruption("snapshot record lists " + std::to_string(out.info.tensors) + " tensors but its groups " +
+                              std::to_string(records) + " records");
+  }
   return out;
 }
 

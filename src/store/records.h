@@ -11,8 +11,11 @@
 
 namespace trainsnap::internal {
 
-// The format version written into StoreMeta and SnapshotRecord.
+// SnapshotRecord format versions: 1 keeps the tensor records in the tensors
+// CF; 2 (written since store format version 4) keeps them in record groups
+// (chunks of the chunks CF) that the snapshot record lists.
 inline constexpr uint32_t kStoreFormatVersion = 1;
+inline constexpr uint32_t kGroupedSnapshotFormatVersion = 2;
 inline constexpr char kHashName[] = "xxh3-128";
 
 // Serializes record (param_id and role live in the key, not the value).
@@ -27,14 +30,36 @@ Result<TensorRecord> ParseTensorRecord(std::string_view value, uint64_t param_id
 // Returns the expected byte count on success.
 Result<uint64_t> CheckedTensorBytes(uint32_t dtype, const std::vector<int64_t>& shape);
 
+// A snapshot record's reference to a group of its tensor records.
+struct RecordGroupRef {
+  ChunkRef chunk;
+  uint64_t first_param_id = 0;
+  std::string first_role;
+  uint64_t records = 0;
+};
+
 struct SnapshotRecordData {
   SnapshotInfo info;
   std::string manifest;
+  bool grouped = false;               // format version 2: the records are in `groups`
+  std::vector<RecordGroupRef> groups;  // in key order
 };
-std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest);
-// Corruption when it does not parse or its step differs from `step`;
+// Format version 2 when `groups` is given (grouped), else 1.
+std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest,
+                                    const std::vector<RecordGroupRef>* groups = nullptr);
+// Corruption when it does not parse, its step differs from `step`, or a
+// grouped record's groups are malformed (a chunk reference that is not 16
+// bytes, an empty group, an empty first role, first keys not strictly
+// increasing, group record counts not adding up to the tensor count);
 // NotSupported for an unknown format version.
 Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t step);
+
+// The raw bytes of a record group (records in strictly increasing key order).
+std::string SerializeRecordGroup(const std::vector<const TensorRecord*>& records);
+// Parses a group's raw bytes and validates each record as ParseTensorRecord
+// does; Corruption also when the keys are not strictly increasing or the
+// group disagrees with `ref` (record count, first key).
+Result<std::vector<TensorRecord>> ParseRecordGroup(std::string_view raw, const RecordGroupRef& ref);
 
 // meta/"counts" (format version 3): written in every commit, delete and
 // repair batch; List(), Latest() and the scans of garbage collection and

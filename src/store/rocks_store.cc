@@ -53,6 +53,11 @@ constexpr char kChunkDepsCf[] = "chunk_deps";
 // would misread; version 3 adds the counts record, which older builds would
 // leave stale).
 constexpr uint32_t kMetaFormatVersion = 3;
+// 4: the store holds snapshot records of format version 2 (tensor records in
+// record-group chunks), which builds that know 1..3 would misread and whose
+// groups their GC would delete. Written by the commit of the first such
+// snapshot, in its batch; a store without one stays at version 3.
+constexpr uint32_t kGroupedMetaFormatVersion = 4;
 constexpr uint32_t kCountsFormatVersion = 3;
 constexpr uint32_t kOldestMetaFormatVersion = 1;
 constexpr size_t kDefaultDeltaBaseCacheBytes = size_t{1} << 30;
@@ -283,11 +288,11 @@ Result<PathKind> InspectPath(const std::string& path, const std::string& context
 
 // The checks of a meta record against this build and the opener's options.
 Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
-  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kMetaFormatVersion) {
+  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kGroupedMetaFormatVersion) {
     return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
                                 " is not supported (this build reads versions " +
                                 std::to_string(kOldestMetaFormatVersion) + ".." +
-                                std::to_string(kMetaFormatVersion) + ")");
+                                std::to_string(kGroupedMetaFormatVersion) + ")");
   }
   if (meta.hash() != kHashName) {
     return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
@@ -587,6 +592,7 @@ Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, 
 }
 
 void RocksStore::Adopt(const DbHandles& h) {
+  ResetTensorCache();
   txn_db_ = h.txn_db;
   db_ = h.db;
   handles_ = h.handles;
@@ -1095,8 +1101,39 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
   rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
   if (s.IsNotFound()) return Status::NotFound("no snapshot at " + StepName(step));
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, StepName(step) + ": read snapshot record"));
+  auto data = ParseSnapshotRecord(value, step);
+  if (!data.ok()) return data.status().WithContext(StepName(step));
+  return SnapshotTensors(*data, ro);
+}
 
+Result<std::vector<TensorRecord>> RocksStore::ReadRecordGroup(const RecordGroupRef& group,
+                                                              const rocksdb::ReadOptions& ro) {
+  const std::string where = "record group " + group.chunk.hash.Hex();
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(ro, chunks_cf_, EncodeChunkKey(group.chunk.hash), &value);
+  if (s.IsNotFound()) return Status::Corruption(where + ": referenced but missing from the store");
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, where));
+  std::string raw(group.chunk.raw_bytes, '\0');
+  TRAINSNAP_RETURN_IF_ERROR(
+      ReadChunkInto(group.chunk, std::string_view(value.data(), value.size()), reinterpret_cast<uint8_t*>(raw.data()))
+          .WithContext(where));
+  return ParseRecordGroup(raw, group);
+}
+
+Result<std::vector<TensorRecord>> RocksStore::SnapshotTensors(const SnapshotRecordData& data,
+                                                              const rocksdb::ReadOptions& base_ro) {
+  const int64_t step = data.info.step;
   std::vector<TensorRecord> out;
+  if (data.grouped) {
+    out.reserve(data.info.tensors);
+    for (const RecordGroupRef& group : data.groups) {
+      auto records = ReadRecordGroup(group, base_ro);
+      if (!records.ok()) return records.status().WithContext(StepName(step));
+      for (TensorRecord& r : *records) out.push_back(std::move(r));
+    }
+    return out;
+  }
+  rocksdb::ReadOptions ro = base_ro;
   const std::string prefix = TensorKeyPrefix(step);
   const std::string upper = PrefixUpperBound(prefix);
   rocksdb::Slice upper_slice(upper);
@@ -1122,8 +1159,45 @@ Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::st
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string name = StepName(step) + ": tensor param_id " + ParamIdHex(param_id) + " role " +
                            std::string(role);
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    generation = tensor_cache_generation_;
+    if (tensor_cache_step_ == step) {
+      auto found = tensor_cache_.find(std::make_pair(param_id, std::string(role)));
+      if (found == tensor_cache_.end()) return Status::NotFound(name + ": not in the store");
+      return found->second;
+    }
+  }
+  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), tensors_cf_, EncodeTensorKey(step, param_id, role), &value);
+  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return Status::NotFound(name + ": not in the store");
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, name + ": read snapshot record"));
+  auto data = ParseSnapshotRecord(value, step);
+  if (!data.ok()) return data.status().WithContext(name);
+  if (data->grouped) {
+    auto records = SnapshotTensors(*data, ro);
+    if (!records.ok()) return records.status().WithContext(name);
+    std::map<std::pair<uint64_t, std::string>, TensorRecord> by_key;
+    for (TensorRecord& r : *records) {
+      auto key = std::make_pair(r.param_id, r.role);
+      by_key.emplace(std::move(key), std::move(r));
+    }
+    auto found = by_key.find(std::make_pair(param_id, std::string(role)));
+    std::optional<TensorRecord> out;
+    if (found != by_key.end()) out = found->second;
+    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    if (generation == tensor_cache_generation_) {
+      tensor_cache_step_ = step;
+      tensor_cache_ = std::move(by_key);
+    }
+    if (!out) return Status::NotFound(name + ": not in the store");
+    return std::move(*out);
+  }
+  s = db_->Get(ro, tensors_cf_, EncodeTensorKey(step, param_id, role), &value);
   if (s.IsNotFound()) return Status::NotFound(name + ": not in the store");
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, name));
   auto record = ParseTensorRecord(value, param_id, std::string(role));
@@ -1325,7 +1399,9 @@ Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded, c
 }
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
-                                                const std::string& manifest, bool replace_existing) {
+                                                const std::vector<RecordGroupRef>* groups,
+                                                const std::string& manifest, bool replace_existing,
+                                                uint64_t* metadata_bytes) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
   std::lock_guard<std::mutex> lock(commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
@@ -1346,7 +1422,8 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
   if (s.ok()) {
     if (!replace_existing) return Status::AlreadyExists(StepName(info.step) + " is already stored");
-    // Replacing: the old tensor records go in the same transaction.
+    // Replacing: the old tensor records (format version 1) go in the same
+    // transaction; the old record groups become garbage unless shared.
     const std::string prefix = TensorKeyPrefix(info.step);
     const std::string upper = PrefixUpperBound(prefix);
     rocksdb::Slice upper_slice(upper);
@@ -1369,14 +1446,32 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   }
   ++counts.transactions;
   TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
-  for (const TensorRecord& r : records) {
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(
-        batch.Put(tensors_cf_, EncodeTensorKey(info.step, r.param_id, r.role), SerializeTensorRecord(r)),
-        "write tensor record"));
+  uint64_t written = 0;  // metadata bytes of this snapshot's records
+  if (groups == nullptr) {
+    for (const TensorRecord& r : records) {
+      const std::string key = EncodeTensorKey(info.step, r.param_id, r.role);
+      const std::string value = SerializeTensorRecord(r);
+      written += key.size() + value.size();
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(tensors_cf_, key, value), "write tensor record"));
+    }
+  }
+  bool to_grouped_version = false;
+  if (groups != nullptr && format_version_ < kGroupedMetaFormatVersion) {
+    // The first grouped snapshot: builds that cannot read it must refuse the
+    // store from this commit on (same batch).
+    std::string meta_value;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaStoreKey, &meta_value),
+                                        "read meta record"));
+    proto::StoreMeta meta;
+    if (!meta.ParseFromString(meta_value)) return Status::Corruption("meta record does not parse");
+    meta.set_format_version(kGroupedMetaFormatVersion);
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kMetaStoreKey, meta.SerializeAsString()), "meta"));
+    to_grouped_version = true;
   }
   info.manifest_bytes = manifest.size();
-  TRAINSNAP_RETURN_IF_ERROR(
-      FromRocks(batch.Put(snapshots_cf_, step_key, SerializeSnapshotRecord(info, manifest)), "write snapshot record"));
+  const std::string record = SerializeSnapshotRecord(info, manifest, groups);
+  written += step_key.size() + record.size();
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(snapshots_cf_, step_key, record), "write snapshot record"));
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
   const WriteMark mark = MarkWrite();
   Status committed = CheckWrite(db_->Write(wo, &batch), "commit");
@@ -1391,6 +1486,9 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
     committed = CheckWrite(db_->Write(wo, &batch), "commit");
   }
   TRAINSNAP_RETURN_IF_ERROR(committed);
+  ResetTensorCache();  // a replaced step's records changed
+  if (to_grouped_version) format_version_ = kGroupedMetaFormatVersion;
+  *metadata_bytes = written;
   // Committed: a failure to record it in the commit log is reported, but the
   // snapshot stays (like a commit whose WAL sync failed after the append).
   TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
@@ -1442,6 +1540,17 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
     rocksdb::Status found = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, EncodeStepKey(step), &value);
     if (found.ok()) {
       gone.insert(step);
+      // Only a hint for the incremental GC after retention, like the tensor
+      // records below: a record or group that does not read releases nothing.
+      auto data = ParseSnapshotRecord(value, step);
+      if (released && data.ok() && data->grouped) {
+        for (const RecordGroupRef& group : data->groups) {
+          released->push_back(group.chunk);
+          auto records = ReadRecordGroup(group, rocksdb::ReadOptions());
+          if (!records.ok()) continue;
+          for (const TensorRecord& r : *records) released->insert(released->end(), r.chunks.begin(), r.chunks.end());
+        }
+      }
     } else if (!found.IsNotFound()) {
       return FromRocks(found, "read snapshot record of " + StepName(step));
     }
@@ -1494,6 +1603,7 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
   TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), "delete snapshots"));
+  ResetTensorCache();
   return NoteTransaction(counts);
 }
 
@@ -1576,8 +1686,36 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
     for (const ChunkRef& c : record->chunks) live->emplace(c.hash, c.stored_bytes);
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListLocked(at.snapshot()));
   const std::string refuse = "scan of live chunks: refusing to collect garbage (run `trainsnap verify`): ";
+  // Snapshot records of format version 2: every record-group chunk they
+  // list is live, and so is every chunk its records reference. A group
+  // that does not read might reference anything: refuse. Groups shared by
+  // several snapshots are read once.
+  std::unordered_map<ChunkHash, std::vector<ChunkRef>, ChunkHashHasher> group_chunks;
+  std::unique_ptr<rocksdb::Iterator> sit(db_->NewIterator(options, snapshots_cf_));
+  for (sit->SeekToFirst(); sit->Valid(); sit->Next()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(int64_t step, DecodeStepKey(std::string_view(sit->key().data(), sit->key().size())));
+    auto data = ParseSnapshotRecord(std::string_view(sit->value().data(), sit->value().size()), step);
+    if (!data.ok()) return data.status().WithContext(refuse + StepName(step));
+    if (!data->grouped) continue;
+    uint64_t& seen = records_per_step[step];
+    for (const RecordGroupRef& group : data->groups) {
+      auto known = group_chunks.find(group.chunk.hash);
+      if (known == group_chunks.end()) {
+        auto records = ReadRecordGroup(group, options);
+        if (!records.ok()) return records.status().WithContext(refuse + StepName(step));
+        std::vector<ChunkRef> refs;
+        for (const TensorRecord& r : *records) refs.insert(refs.end(), r.chunks.begin(), r.chunks.end());
+        known = group_chunks.emplace(group.chunk.hash, std::move(refs)).first;
+      }
+      seen += group.records;  // ParseRecordGroup checked the count
+      if (excluded.count(step) > 0) continue;
+      live->emplace(group.chunk.hash, group.chunk.stored_bytes);
+      for (const ChunkRef& c : known->second) live->emplace(c.hash, c.stored_bytes);
+    }
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(sit->status(), "scan snapshot records"));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListLocked(at.snapshot()));
   for (const SnapshotInfo& info : snapshots) {
     auto found = records_per_step.find(info.step);
     const uint64_t seen = found == records_per_step.end() ? 0 : found->second;
@@ -1875,6 +2013,60 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       continue;
     }
     uint64_t tensors_seen = 0;
+    // Reads, decodes and re-hashes every chunk of one tensor record.
+    auto verify_tensor = [&](uint64_t param_id, const std::string& role, const TensorRecord& tensor) {
+      const std::string where = StepName(s) + ": tensor param_id " + ParamIdHex(param_id) + " role " + role;
+      // Chunks are read, decoded and re-hashed in parallel; problems are
+      // reported in chunk order.
+      const size_t n = tensor.chunks.size();
+      std::vector<Status> chunk_status(n);
+      std::atomic<uint64_t> good_bytes{0};
+      static_cast<void>(ParallelFor(*pool_, n, [&](size_t ci) -> Status {
+        const ChunkRef& ref = tensor.chunks[ci];
+        const std::string chunk_where = where + ": chunk " + std::to_string(ci);
+        rocksdb::PinnableSlice value;
+        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
+        if (rs.IsNotFound()) {
+          chunk_status[ci] =
+              Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
+        } else if (!rs.ok()) {
+          chunk_status[ci] = FromRocks(rs, chunk_where + " " + ref.hash.Hex());
+        } else {
+          thread_local std::vector<uint8_t> buffer;
+          buffer.resize(ref.raw_bytes);
+          chunk_status[ci] =
+              ReadChunkInto(ref, std::string_view(value.data(), value.size()), buffer.data()).WithContext(chunk_where);
+          if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
+        }
+        return Status::OK();
+      }));
+      report.chunks += n;
+      report.bytes += good_bytes.load();
+      for (size_t ci = 0; ci < n; ++ci) {
+        if (!chunk_status[ci].ok()) {
+          report.problems.push_back({s, param_id, role, static_cast<int64_t>(ci), tensor.chunks[ci].hash,
+                                     std::move(chunk_status[ci]), false, {}});
+        }
+      }
+    };
+    if (record->has_value() && (*record)->grouped) {
+      // Format version 2: the records come from record groups; a group that
+      // does not read (missing, damaged, hash mismatch, malformed) is one
+      // problem naming the group's chunk, and its records count as seen.
+      const SnapshotRecordData& data = **record;
+      for (const RecordGroupRef& group : data.groups) {
+        tensors_seen += group.records;
+        report.tensors += group.records;
+        auto records = ReadRecordGroup(group, rocksdb::ReadOptions());
+        if (!records.ok()) {
+          report.problems.push_back(
+              {s, 0, "", -1, group.chunk.hash, records.status().WithContext(StepName(s)), false, {}});
+          continue;
+        }
+        for (const TensorRecord& tensor : *records) verify_tensor(tensor.param_id, tensor.role, tensor);
+      }
+      continue;
+    }
     const std::string prefix = TensorKeyPrefix(s);
     const std::string upper = PrefixUpperBound(prefix);
     rocksdb::Slice upper_slice(upper);
@@ -1897,38 +2089,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
         report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where), false, {}});
         continue;
       }
-      // Chunks are read, decoded and re-hashed in parallel; problems are
-      // reported in chunk order.
-      const size_t n = tensor->chunks.size();
-      std::vector<Status> chunk_status(n);
-      std::atomic<uint64_t> good_bytes{0};
-      static_cast<void>(ParallelFor(*pool_, n, [&](size_t ci) -> Status {
-        const ChunkRef& ref = tensor->chunks[ci];
-        const std::string chunk_where = where + ": chunk " + std::to_string(ci);
-        rocksdb::PinnableSlice value;
-        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
-        if (rs.IsNotFound()) {
-          chunk_status[ci] =
-              Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
-        } else if (!rs.ok()) {
-          chunk_status[ci] = FromRocks(rs, chunk_where + " " + ref.hash.Hex());
-        } else {
-          thread_local std::vector<uint8_t> buffer;
-          buffer.resize(ref.raw_bytes);
-          chunk_status[ci] =
-              ReadChunkInto(ref, std::string_view(value.data(), value.size()), buffer.data()).WithContext(chunk_where);
-          if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
-        }
-        return Status::OK();
-      }));
-      report.chunks += n;
-      report.bytes += good_bytes.load();
-      for (size_t ci = 0; ci < n; ++ci) {
-        if (!chunk_status[ci].ok()) {
-          report.problems.push_back({s, key->param_id, key->role, static_cast<int64_t>(ci), tensor->chunks[ci].hash,
-                                     std::move(chunk_status[ci]), false, {}});
-        }
-      }
+      verify_tensor(key->param_id, key->role, *tensor);
     }
     if (!it->status().ok()) {
       report.problems.push_back({s, 0, "", -1, {}, FromRocks(it->status(), StepName(s) + ": scan tensor records"), false, {}});

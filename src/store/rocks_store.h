@@ -87,9 +87,16 @@ class RocksStore final : public Store {
   DeltaReference delta_reference() const { return delta_reference_; }
   // Delta bases: the latest raw bytes this process committed per tensor.
   DeltaBaseCache& delta_bases() { return delta_bases_; }
-  // Commits the records of one snapshot atomically; applies retention.
+  // Commits one snapshot atomically, then applies retention. With `groups`
+  // (format version 2): the snapshot record lists them (the writer has
+  // written and pinned their chunks) and `records` are not written; the
+  // first such commit also sets the meta to format version 4. Without:
+  // `records` go to the tensors CF (format version 1). On success
+  // *metadata_bytes = the keys and values this commit wrote for the
+  // snapshot's records (snapshot record, tensor records).
   Result<SnapshotInfo> CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
-                                      const std::string& manifest, bool replace_existing);
+                                      const std::vector<RecordGroupRef>* groups, const std::string& manifest,
+                                      bool replace_existing, uint64_t* metadata_bytes);
 
  private:
   struct DbHandles {
@@ -221,6 +228,11 @@ class RocksStore final : public Store {
   // errors[read], guarded by errors_mu.
   void ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
                       const std::vector<TensorRead>& reads, std::vector<Status>* errors, std::mutex* errors_mu);
+  // Reads, decodes (hash checked) and parses one record group at `ro`.
+  Result<std::vector<TensorRecord>> ReadRecordGroup(const RecordGroupRef& group, const rocksdb::ReadOptions& ro);
+  // The tensor records of a snapshot whose record is `data`, at `ro`: from
+  // its record groups (format version 2) or the tensors CF (version 1).
+  Result<std::vector<TensorRecord>> SnapshotTensors(const SnapshotRecordData& data, const rocksdb::ReadOptions& ro);
   // Adds to `live` every chunk a delta chain of a live chunk needs.
   Status AddDeltaBases(std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* live);
   // hash -> base hash for every delta chunk (chunk_deps CF).
@@ -232,6 +244,24 @@ class RocksStore final : public Store {
   // Steps with tensor records but no snapshot record, and their record
   // counts, read at `at`.
   Status FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers);
+
+  // The records of the last grouped snapshot Tensor() looked up: the
+  // checkpointer looks up every unchanged tensor of one snapshot in a row
+  // (src/capture/stage.cc), and a grouped look-up would otherwise parse the
+  // snapshot record (manifest included) and decode a group per call. Reset
+  // by ResetTensorCache() after every commit and delete write and on every
+  // (re)open; a look-up that read the database before a reset does not
+  // fill the cache (the generation changed).
+  std::mutex tensor_cache_mu_;
+  uint64_t tensor_cache_generation_ = 0;
+  std::optional<int64_t> tensor_cache_step_;
+  std::map<std::pair<uint64_t, std::string>, TensorRecord> tensor_cache_;
+  void ResetTensorCache() {
+    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    ++tensor_cache_generation_;
+    tensor_cache_step_.reset();
+    tensor_cache_.clear();
+  }
 
   std::string path_;
   bool read_only_ = false;

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
+
+#include <xxhash.h>
 
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
@@ -29,6 +32,16 @@ size_t ShuffleWidth(DType dtype) {
 // 16-bit floats get the sign-rotating two-plane split (see
 // ChunkFilter::kFloat16Split; measured in bench/codec_bench).
 bool UseFloat16Split(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+
+// Record groups (WriteRecordGroups): a group ends after a record whose key
+// hashes to 0 under this mask (64 records on average, about 3.5 KB for one
+// chunk each), or at kMaxGroupRecords.
+constexpr uint64_t kGroupEndMask = 63;
+constexpr size_t kMaxGroupRecords = 256;
+// Snapshots of fewer tensors keep one record per tensor in the tensors CF
+// (format version 1): a single group would be rewritten whenever any of
+// them changes, and the store stays readable by builds before groups.
+constexpr size_t kMinGroupedRecords = 256;
 
 // Bytes of a chunk compressed twice (plain and XORed) to choose between them.
 constexpr size_t kDeltaSampleBytes = 64 << 10;
@@ -86,7 +99,7 @@ Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
 }
 
 Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases,
-                                    size_t index, ChunkRef* ref, uint8_t* depth, bool* delta) {
+                                    size_t index, ChunkRef* ref, uint8_t* depth, bool* delta, bool metadata) {
   ref->hash = HashChunk(data, size);
   ref->raw_bytes = size;
   *delta = false;
@@ -168,8 +181,12 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   // Two threads of this writer may race on the same chunk (both write it, or
   // one finds the other's write): count it once.
   if (is_new && new_hashes_.insert(ref->hash).second) {
-    ++new_chunks_;
-    new_bytes_ += *stored;
+    if (metadata) {
+      metadata_new_bytes_ += *stored;
+    } else {
+      ++new_chunks_;
+      new_bytes_ += *stored;
+    }
   }
   return Status::OK();
 }
@@ -212,7 +229,7 @@ Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<St
   const auto key = std::make_pair(record.param_id, record.role);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (committed_) return fail(Status::InvalidArgument("the snapshot is already committed"));
+    if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
   }
   auto unreserve = [&](Status s) {
@@ -251,7 +268,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   const auto key = std::make_pair(tensor.param_id, tensor.role);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (committed_) return fail(Status::InvalidArgument("the snapshot is already committed"));
+    if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
   }
 
@@ -317,10 +334,44 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   return Status::OK();
 }
 
+Result<std::vector<RecordGroupRef>> SnapshotWriterImpl::WriteRecordGroups(const std::vector<TensorRecord>& records) {
+  // Cut points depend on each record's own key only (kGroupEndMask), so a
+  // tensor added, removed or changed alters its own group and leaves the
+  // others byte-identical: they deduplicate like unchanged tensor chunks.
+  std::vector<std::pair<size_t, size_t>> cuts;  // [begin, end) into records
+  size_t begin = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const TensorRecord& r = records[i];
+    const bool end = (XXH3_64bits_withSeed(r.role.data(), r.role.size(), r.param_id) & kGroupEndMask) == 0 ||
+                     i + 1 - begin == kMaxGroupRecords || i + 1 == records.size();
+    if (end) {
+      cuts.emplace_back(begin, i + 1);
+      begin = i + 1;
+    }
+  }
+  std::vector<RecordGroupRef> groups(cuts.size());
+  Status s = ParallelFor(store_->pool(), cuts.size(), [&](size_t g) {
+    std::vector<const TensorRecord*> members;
+    for (size_t i = cuts[g].first; i < cuts[g].second; ++i) members.push_back(&records[i]);
+    const std::string raw = SerializeRecordGroup(members);
+    RecordGroupRef& ref = groups[g];
+    ref.first_param_id = members.front()->param_id;
+    ref.first_role = members.front()->role;
+    ref.records = members.size();
+    uint8_t depth = 0;
+    bool delta = false;
+    return AddChunk(reinterpret_cast<const uint8_t*>(raw.data()), raw.size(), DType::kUInt8, nullptr, 0, &ref.chunk,
+                    &depth, &delta, /*metadata=*/true);
+  });
+  if (!s.ok()) return s.WithContext("write record groups");
+  return groups;
+}
+
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const std::string context = "commit snapshot step " + std::to_string(step_);
   if (committed_) return Status::InvalidArgument(context + ": already committed");
+  if (committing_) return Status::InvalidArgument(context + ": another Commit is in progress");
   if (failed_) return Status::Aborted(context + ": an AddTensor failed: " + first_error_.ToString());
   TRAINSNAP_KILL_POINT(kKillAfterChunks);
   SnapshotInfo info;
@@ -337,11 +388,26 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
     for (const ChunkRef& c : record.chunks) info.stored_bytes += c.stored_bytes;
     records.push_back(record);
   }
+  std::optional<std::vector<RecordGroupRef>> groups;
+  if (records.size() >= kMinGroupedRecords) {
+    // The groups are written outside mu_ (AddChunk takes it); AddTensor is
+    // refused meanwhile, so `records` stays the snapshot's full set.
+    committing_ = true;
+    lock.unlock();
+    auto written = WriteRecordGroups(records);
+    lock.lock();
+    committing_ = false;
+    if (!written.ok()) return written.status().WithContext(context);
+    groups = std::move(*written);
+  }
   info.new_chunks = new_chunks_;
   info.new_bytes = new_bytes_;
-  auto committed = store_->CommitSnapshot(info, records, manifest_, options_.replace_existing);
+  uint64_t record_bytes = 0;
+  auto committed = store_->CommitSnapshot(info, records, groups ? &*groups : nullptr, manifest_,
+                                          options_.replace_existing, &record_bytes);
   if (!committed.ok()) return committed.status().WithContext(context);
   committed_ = true;
+  metadata_bytes_ = record_bytes + metadata_new_bytes_;
   store_->delta_bases().Publish(std::move(new_bases_));
   return committed;
 }

@@ -2,6 +2,7 @@
 // in include/trainsnap/store.h). Must not outlive its store.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include "store/chunk_registry.h"
 #include "store/delta_base_cache.h"
+#include "store/records.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
@@ -33,14 +35,27 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   void SetManifest(std::string bytes) override;
   Result<SnapshotInfo> Commit() override;
 
+  // After a successful Commit: the bytes this snapshot's metadata added to
+  // the store: its snapshot record's key and value, plus its tensors-CF
+  // keys and values (fewer than kMinGroupedRecords tensors) or the encoded
+  // record-group chunks it wrote first (groups equal to an earlier
+  // snapshot's cost nothing here). 0 before the commit.
+  uint64_t metadata_bytes() const { return metadata_bytes_; }
+
  private:
+  // Cuts `records` (in key order) into groups, writes each group chunk that
+  // the store does not hold (pinned like tensor chunks) and returns the
+  // snapshot record's references. Called without mu_ held.
+  Result<std::vector<RecordGroupRef>> WriteRecordGroups(const std::vector<TensorRecord>& records);
   // Hashes, dedups and (when new) encodes and writes chunk `index` of a
   // tensor; `bases` (may be null) holds the tensor's delta bases. Sets
   // *depth to the chunk's delta chain depth (kUnknownDeltaDepth when this
   // process does not know it) and *delta to whether it was written as a
   // delta against bases' chunk `index`.
+  // `metadata`: a record-group chunk, counted in metadata_new_bytes_
+  // instead of new_chunks_ / new_bytes_.
   Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases, size_t index,
-                  ChunkRef* ref, uint8_t* depth, bool* delta);
+                  ChunkRef* ref, uint8_t* depth, bool* delta, bool metadata = false);
   // Reserves (param_id, role), pins every chunk of `record` and checks it
   // is stored, then adds the record; `fail` adds the caller's context.
   Status AddRecord(TensorRecord record, const std::function<Status(Status)>& fail);
@@ -59,6 +74,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::string manifest_;
   uint64_t new_chunks_ = 0;
   uint64_t new_bytes_ = 0;
+  uint64_t metadata_new_bytes_ = 0;  // record-group chunks written first by this writer
+  std::atomic<uint64_t> metadata_bytes_{0};
+  bool committing_ = false;  // Commit is writing record groups: no more tensors
   bool committed_ = false;
   bool failed_ = false;
   Status first_error_;

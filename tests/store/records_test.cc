@@ -107,10 +107,65 @@ TEST(RecordsTest, SnapshotRecordRoundTripAndChecks) {
 
   proto::SnapshotRecord p;
   ASSERT_TRUE(p.ParseFromString(value));
-  p.set_format_version(2);
+  p.set_format_version(3);
   auto future = ParseSnapshotRecord(p.SerializeAsString(), -7);
   EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(future.status().message().find("format version 2"), std::string::npos);
+  EXPECT_NE(future.status().message().find("format version 3"), std::string::npos);
+}
+
+// Snapshot record format version 2: the records live in record groups.
+TEST(RecordsTest, RecordGroupsRoundTripAndChecks) {
+  TensorRecord a;
+  a.param_id = 5;
+  a.role = "param";
+  a.dtype = DType::kFloat32;
+  a.shape = {2};
+  a.bytes = 8;
+  a.chunks = {ChunkRef{ChunkHash{{1}}, 8, 20}};
+  TensorRecord b = a;
+  b.role = "exp_avg";
+  b.param_id = 9;
+  const std::string raw = SerializeRecordGroup({&a, &b});
+  RecordGroupRef ref;
+  ref.chunk.hash.bytes[0] = 7;
+  ref.chunk.raw_bytes = raw.size();
+  ref.chunk.stored_bytes = 30;
+  ref.first_param_id = 5;
+  ref.first_role = "param";
+  ref.records = 2;
+  auto back = ParseRecordGroup(raw, ref);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].param_id, 9u);
+  EXPECT_EQ((*back)[1].role, "exp_avg");
+  EXPECT_EQ((*back)[1].chunks[0].hash, a.chunks[0].hash);
+  RecordGroupRef wrong_count = ref;
+  wrong_count.records = 3;
+  EXPECT_EQ(ParseRecordGroup(raw, wrong_count).status().code(), StatusCode::kCorruption);
+  RecordGroupRef wrong_first = ref;
+  wrong_first.first_role = "grad";
+  EXPECT_EQ(ParseRecordGroup(raw, wrong_first).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(ParseRecordGroup(SerializeRecordGroup({&b, &a}), ref).status().code(), StatusCode::kCorruption);
+
+  SnapshotInfo info;
+  info.step = 3;
+  info.tensors = 2;
+  std::vector<RecordGroupRef> groups = {ref};
+  const std::string value = SerializeSnapshotRecord(info, "m", &groups);
+  auto data = ParseSnapshotRecord(value, 3);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_TRUE(data->grouped);
+  ASSERT_EQ(data->groups.size(), 1u);
+  EXPECT_EQ(data->groups[0].chunk.hash, ref.chunk.hash);
+  EXPECT_EQ(data->groups[0].chunk.raw_bytes, raw.size());
+  EXPECT_EQ(data->groups[0].first_role, "param");
+  info.tensors = 3;  // the groups hold 2 records
+  EXPECT_EQ(ParseSnapshotRecord(SerializeSnapshotRecord(info, "m", &groups), 3).status().code(),
+            StatusCode::kCorruption);
+  proto::SnapshotRecord p;
+  ASSERT_TRUE(p.ParseFromString(value));
+  p.set_format_version(1);  // version 1 with groups
+  EXPECT_EQ(ParseSnapshotRecord(p.SerializeAsString(), 3).status().code(), StatusCode::kCorruption);
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "raw_db.h"
 #include "store/chunk_codec.h"
 #include "store/keys.h"
+#include "store/records.h"
+#include "store.pb.h"
 #include "store_test_util.h"
 #include "temp_dir.h"
 #include "trainsnap/store.h"
@@ -473,6 +476,169 @@ TEST(SnapshotWriterDeltaTest, Bf16UsesTheFloat16Split) {
 }
 
 // --- AddUnchangedTensor ---------------------------------------------------------
+
+// --- record groups (docs/format.md, "Record groups") -------------------------
+
+// Snapshot record of `step` as stored, parsed.
+internal::SnapshotRecordData StoredSnapshotRecord(RawDb& raw, int64_t step, std::string* value) {
+  EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.snapshots(), internal::EncodeStepKey(step), value).ok());
+  auto data = internal::ParseSnapshotRecord(*value, step);
+  EXPECT_TRUE(data.ok()) << data.status().ToString();
+  return data.ok() ? *data : internal::SnapshotRecordData();
+}
+
+// 5,000 tensors of which 3 change per snapshot (issue 18, item 4): each
+// later snapshot's metadata is its snapshot record plus the few record
+// groups that changed, far below one record per tensor; every snapshot
+// reads back bitwise; deleting the base keeps the later ones whole; verify
+// names a damaged group shared by several snapshots, and GC refuses.
+TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirstSnapshot) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  constexpr int kTensors = 5000;
+  constexpr int kSnapshots = 4;
+  std::vector<std::vector<std::vector<float>>> versions(kSnapshots);  // [snapshot][tensor]
+  versions[0].reserve(kTensors);
+  for (int t = 0; t < kTensors; ++t) versions[0].push_back(RandomFloats(16, 1000 + t));
+  for (int i = 1; i < kSnapshots; ++i) {
+    versions[i] = versions[i - 1];
+    for (int k = 0; k < 3; ++k) versions[i][(i * 997 + k * 1601) % kTensors][0] += 1.f;
+  }
+  std::vector<uint64_t> metadata(kSnapshots);
+  uint64_t per_tensor_records = 0;  // what format version 1 writes: a key and value per tensor
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < kSnapshots; ++i) {
+      auto writer = (*store)->BeginSnapshot(i + 1);
+      ASSERT_TRUE(writer.ok());
+      for (int t = 0; t < kTensors; ++t) ASSERT_TRUE((*writer)->AddTensor(View(t + 1, "param", versions[i][t])).ok());
+      (*writer)->SetManifest("m");
+      auto info = (*writer)->Commit();
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_EQ(info->tensors, static_cast<uint64_t>(kTensors));
+      metadata[i] = static_cast<internal::SnapshotWriterImpl&>(**writer).metadata_bytes();
+    }
+    auto records = (*store)->Tensors(kSnapshots);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    ASSERT_EQ(records->size(), static_cast<size_t>(kTensors));
+    for (const TensorRecord& r : *records) {
+      per_tensor_records +=
+          internal::EncodeTensorKey(kSnapshots, r.param_id, r.role).size() + internal::SerializeTensorRecord(r).size();
+    }
+  }
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string meta;
+    ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &meta).ok());
+    proto::StoreMeta m;
+    ASSERT_TRUE(m.ParseFromString(meta));
+    EXPECT_EQ(m.format_version(), 4u);
+    std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.tensors()));
+    it->SeekToFirst();
+    EXPECT_FALSE(it->Valid());  // no per-tensor records
+    // Exact: the snapshot record (key and value) plus the groups no earlier
+    // snapshot holds; later snapshots write at most one group per change.
+    std::set<ChunkHash> earlier;
+    for (int i = 0; i < kSnapshots; ++i) {
+      std::string value;
+      const internal::SnapshotRecordData data = StoredSnapshotRecord(raw, i + 1, &value);
+      ASSERT_TRUE(data.grouped);
+      uint64_t expected = 8 + value.size();
+      size_t new_groups = 0;
+      uint64_t records = 0;
+      for (const internal::RecordGroupRef& g : data.groups) {
+        records += g.records;
+        if (earlier.insert(g.chunk.hash).second) {
+          expected += g.chunk.stored_bytes;
+          ++new_groups;
+        }
+      }
+      EXPECT_EQ(records, static_cast<uint64_t>(kTensors));
+      EXPECT_EQ(metadata[i], expected) << "snapshot " << i + 1;
+      if (i > 0) {
+        EXPECT_LE(new_groups, 3u) << "snapshot " << i + 1;
+        EXPECT_LT(metadata[i] * 20, per_tensor_records) << metadata[i] << " vs " << per_tensor_records;
+      }
+    }
+  }
+  auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto read_all = [&](int i) {
+    auto records = (*store)->Tensors(i + 1);
+    ASSERT_TRUE(records.ok()) << records.status().ToString();
+    ASSERT_EQ(records->size(), static_cast<size_t>(kTensors));
+    for (const TensorRecord& r : *records) {
+      std::vector<float> out(16);
+      ASSERT_TRUE((*store)->ReadTensor(r, out.data(), 64).ok());
+      ASSERT_EQ(out, versions[i][r.param_id - 1]) << "snapshot " << i + 1 << " tensor " << r.param_id;
+    }
+  };
+  for (int i = 0; i < kSnapshots; ++i) read_all(i);
+  // A point look-up finds its record through the groups.
+  auto one = (*store)->Tensor(3, 4321, "param");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(ReadFloats(**store, 3, 4321), versions[2][4320]);
+  EXPECT_EQ((*store)->Tensor(3, 4321, "grad").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Tensor(3, kTensors + 1, "param").status().code(), StatusCode::kNotFound);
+
+  // The base snapshot goes; its groups stay live for the later snapshots.
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  // Step 1's versions of the 3 tensors step 2 changed, and the 3 groups that
+  // held their step-1 records (each change fell in another group).
+  EXPECT_EQ(gc->chunks_deleted, 6u);
+  for (int i = 1; i < kSnapshots; ++i) read_all(i);
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+  EXPECT_EQ(verify->tensors, static_cast<uint64_t>(kTensors) * (kSnapshots - 1));
+  // Look-ups of one snapshot are served from a cache that a delete resets.
+  ASSERT_TRUE((*store)->Tensor(4, 4321, "param").ok());
+  ASSERT_TRUE((*store)->Delete(4).ok());
+  EXPECT_EQ((*store)->Tensor(4, 4321, "param").status().code(), StatusCode::kNotFound);
+  store->reset();
+
+  // Damage a group that snapshots 2 and 3 share: verify names it in each.
+  ChunkHash shared;
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string v2, v3;
+    const auto d2 = StoredSnapshotRecord(raw, 2, &v2);
+    const auto d3 = StoredSnapshotRecord(raw, 3, &v3);
+    std::set<ChunkHash> in3;
+    for (const auto& g : d3.groups) in3.insert(g.chunk.hash);
+    bool found = false;
+    for (const auto& g : d2.groups) {
+      if (in3.count(g.chunk.hash)) {
+        shared = g.chunk.hash;
+        found = true;
+        break;
+      }
+    }
+    ASSERT_TRUE(found);
+    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(shared), 20);
+  }
+  store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  std::vector<int64_t> steps;
+  for (const VerifyProblem& p : verify->problems) {
+    EXPECT_EQ(p.hash, shared);
+    EXPECT_EQ(p.status.code(), StatusCode::kCorruption) << p.status.ToString();
+    EXPECT_NE(p.status.message().find("record group " + shared.Hex()), std::string::npos) << p.status.ToString();
+    steps.push_back(p.step);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ((*store)->Tensor(2, 4321, "param").status().code(), StatusCode::kCorruption);
+  // A collection that cannot read a group refuses: it might reference anything.
+  EXPECT_EQ((*store)->CollectGarbage().status().code(), StatusCode::kCorruption);
+}
+
 
 TEST(SnapshotWriterUnchangedTest, ReusesTheRecordWithoutWritingAndSurvivesGc) {
   TempDir dir;
