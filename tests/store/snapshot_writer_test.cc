@@ -640,6 +640,71 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
 }
 
 
+// A store of small snapshots keeps the per-tensor layout (format version 1,
+// meta version 3, readable by older builds); its first snapshot of 256
+// tensors or more is grouped and moves the meta to version 4 in its commit.
+// Both layouts read back, collect and verify in one store.
+TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  auto meta_version = [&]() -> uint32_t {
+    RawDb raw(path);
+    EXPECT_TRUE(raw.ok()) << raw.error();
+    std::string meta;
+    EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &meta).ok());
+    proto::StoreMeta m;
+    EXPECT_TRUE(m.ParseFromString(meta));
+    return m.format_version();
+  };
+  std::vector<std::vector<float>> small(255), large(256);
+  for (size_t t = 0; t < small.size(); ++t) small[t] = RandomFloats(4, 50 + t);
+  for (size_t t = 0; t < large.size(); ++t) large[t] = RandomFloats(4, 500 + t);
+  auto write = [&](Store& store, int64_t step, const std::vector<std::vector<float>>& tensors) {
+    auto writer = store.BeginSnapshot(step);
+    ASSERT_TRUE(writer.ok());
+    for (size_t t = 0; t < tensors.size(); ++t) ASSERT_TRUE((*writer)->AddTensor(View(t + 1, "param", tensors[t])).ok());
+    ASSERT_TRUE((*writer)->Commit().ok());
+  };
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    write(**store, 1, small);
+  }
+  EXPECT_EQ(meta_version(), 3u);
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string value;
+    EXPECT_FALSE(StoredSnapshotRecord(raw, 1, &value).grouped);
+  }
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    write(**store, 2, large);
+  }
+  EXPECT_EQ(meta_version(), 4u);
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string value;
+    EXPECT_TRUE(StoredSnapshotRecord(raw, 2, &value).grouped);
+  }
+  auto store = Store::OpenReadOnly(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  for (size_t t = 0; t < small.size(); ++t) ASSERT_EQ(ReadFloats(**store, 1, t + 1), small[t]) << t;
+  for (size_t t = 0; t < large.size(); ++t) ASSERT_EQ(ReadFloats(**store, 2, t + 1), large[t]) << t;
+  store->reset();
+  auto writable = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+  ASSERT_TRUE(writable.ok()) << writable.status().ToString();
+  auto gc = (*writable)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 0u);
+  auto verify = (*writable)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+  EXPECT_EQ(verify->tensors, 511u);
+}
+
 TEST(SnapshotWriterUnchangedTest, ReusesTheRecordWithoutWritingAndSurvivesGc) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
