@@ -88,6 +88,23 @@ void StagingPool::Release(torch::Tensor backing, size_t size_class, bool pinned,
   released_.notify_all();
 }
 
+torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype) {
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
+  const size_t piece = (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment;
+  if (*used > slab.nbytes() || piece > slab.nbytes() - *used) return torch::Tensor();
+  void* data = static_cast<uint8_t*>(slab.data_ptr()) + *used;
+  *used += piece;
+  return torch::from_blob(data, sizes, [slab](void*) {}, torch::TensorOptions().dtype(dtype));
+}
+
+torch::Tensor StagingSlabs::Acquire(StagingPool& pool, c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
+                                    const std::shared_ptr<StagingOwner>& owner) {
+  if (++requests_ <= kUnslabbed) return pool.Acquire(sizes, dtype, pinned, owner);
+  return slabs_[pinned ? 1 : 0].Cut(sizes, dtype, [&] {
+    return pool.Acquire({static_cast<int64_t>(kSlabBytes)}, torch::kUInt8, pinned, owner);
+  });
+}
+
 StagingPoolStats StagingPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StagingPoolStats s = stats_;

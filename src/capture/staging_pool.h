@@ -67,4 +67,59 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   StagingPoolStats stats_;
 };
 
+// A contiguous tensor of `sizes`/`dtype` cut from the uint8 buffer `slab` at
+// offset `*used` (a multiple of kSlabAlignment), which then moves past it,
+// rounded up to the next multiple; the piece keeps the slab alive. An
+// undefined tensor when the rest of the slab is too small.
+constexpr size_t kSlabAlignment = 64;
+torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype);
+
+// Pieces cut from the current slab; `fresh()` gives the next one (a uint8
+// buffer at least as large as any piece) when the rest is too small.
+class SlabChain {
+ public:
+  template <typename Fresh>
+  torch::Tensor Cut(c10::IntArrayRef sizes, c10::ScalarType dtype, Fresh&& fresh) {
+    if (slab_.defined()) {
+      torch::Tensor piece = CutFromSlab(slab_, &used_, sizes, dtype);
+      if (piece.defined()) return piece;
+    }
+    slab_ = fresh();
+    used_ = 0;
+    return CutFromSlab(slab_, &used_, sizes, dtype);
+  }
+
+ private:
+  torch::Tensor slab_;
+  size_t used_ = 0;
+};
+
+// Small staging buffers cut from larger pooled ones ("slabs"). A request under
+// kSmallBytes would otherwise take a whole 4 KiB pool buffer of its own: a
+// capture of 150,000 tensors of 256 bytes then allocated 600 MB in 150,000
+// aligned mallocs, and glibc's allocator, fragmented by them, made every
+// later allocation of capture and restore slower (50k parameters took 15-22x
+// the time of 5k; bench/README.md, "Many small tensors"). The first
+// kUnslabbed small requests of a capture still get buffers of their own, so
+// that a capture of a few small tensors (LoRA adapters) is charged and
+// bounded per tensor as before; slabs serve the rest. A slab returns to the
+// pool when the carver and every piece cut from it are gone, and is charged
+// to the owner as one pool buffer. One per capture (StagingScope): not
+// thread-safe.
+class StagingSlabs {
+ public:
+  static constexpr size_t kSmallBytes = 4096;
+  static constexpr size_t kSlabBytes = size_t{256} << 10;
+  static constexpr size_t kUnslabbed = 256;
+
+  // As StagingPool::Acquire, for a request of fewer than kSmallBytes bytes
+  // (more than 0).
+  torch::Tensor Acquire(StagingPool& pool, c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
+                        const std::shared_ptr<StagingOwner>& owner);
+
+ private:
+  size_t requests_ = 0;
+  SlabChain slabs_[2];  // unpinned, pinned
+};
+
 }  // namespace trainsnap::internal

@@ -38,7 +38,10 @@ StagingScope* StagingScope::Current() { return current_scope; }
 torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   torch::Tensor src = tensor.detach();
   const c10::Device device = src.device();
-  torch::Tensor dst = pool_->Acquire(src.sizes(), src.scalar_type(), PinnedFor(device), owner_);
+  const size_t bytes = src.nbytes();
+  torch::Tensor dst = bytes > 0 && bytes < StagingSlabs::kSmallBytes
+                          ? slabs_.Acquire(*pool_, src.sizes(), src.scalar_type(), PinnedFor(device), owner_)
+                          : pool_->Acquire(src.sizes(), src.scalar_type(), PinnedFor(device), owner_);
   if (dst.numel() == 0) return dst;
   if (device.is_cpu()) {
     if (src.is_contiguous() && src.nbytes() >= kParallelCopyBytes && copy_pool_ != nullptr) {

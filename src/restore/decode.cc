@@ -1,9 +1,41 @@
 #include "restore/decode.h"
 
+#include <c10/util/safe_numerics.h>
+
 #include "capture/contract.h"
+#include "capture/staging_pool.h"
 #include "capture/torch_dtype.h"
 
 namespace trainsnap::internal {
+
+namespace {
+
+// Host tensors under StagingSlabs::kSmallBytes are cut from shared slabs
+// rather than allocated one by one (why: StagingSlabs). One chain of slabs per
+// role: the slabs of tensors that apply copies into live ones (parameters)
+// die with the restore, while those it installs (optimizer state, replaced
+// gradients) hold only slabs of their own role.
+class HostSlabs {
+ public:
+  torch::Tensor Empty(const std::vector<int64_t>& shape, c10::ScalarType type, const std::string& role) {
+    // A record's shape is not trusted yet: overflowing or negative sizes take
+    // torch::empty's path, whose errors the caller reports.
+    uint64_t numel = 0;
+    const bool overflow = c10::safe_multiplies_u64(shape, &numel);
+    if (overflow || numel == 0 || numel >= StagingSlabs::kSmallBytes ||
+        numel * c10::elementSize(type) >= StagingSlabs::kSmallBytes) {
+      return torch::empty(shape, torch::TensorOptions().dtype(type));
+    }
+    return slabs_[role].Cut(shape, type, [] {
+      return torch::empty({static_cast<int64_t>(StagingSlabs::kSlabBytes)}, torch::kUInt8);
+    });
+  }
+
+ private:
+  std::map<std::string, SlabChain> slabs_;
+};
+
+}  // namespace
 
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
@@ -14,6 +46,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   // One read per wanted tensor, into its fresh host tensor (hosts[i]).
   std::vector<TensorRead> reads;
   std::vector<torch::Tensor> hosts;
+  HostSlabs slabs;
   reads.reserve(wanted.size());
   hosts.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
@@ -31,7 +64,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
     }
     Result<c10::ScalarType> type = ToScalarType(record.dtype);
     if (!type.ok()) return type.status().WithContext(what);
-    torch::Tensor host = torch::empty(record.shape, torch::TensorOptions().dtype(*type));
+    torch::Tensor host = slabs.Empty(record.shape, *type, want.role);
     if (host.nbytes() != record.bytes) {
       return Status::Corruption(what + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
                                 std::to_string(host.nbytes()));

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -92,6 +93,73 @@ TEST(StagingPoolTest, OwnerAloneMayExceedTheBound) {
   s = pool->stats();
   EXPECT_EQ(s.in_use_bytes, 0u);
   EXPECT_LE(s.cached_bytes, 4096u);  // only what fits in the bound is kept
+}
+
+
+// Takes the requests that StagingSlabs serves from the pool directly.
+void UseUnslabbed(StagingSlabs& slabs, StagingPool& pool, const std::shared_ptr<StagingOwner>& owner) {
+  for (size_t i = 0; i < StagingSlabs::kUnslabbed; ++i) {
+    torch::Tensor own = slabs.Acquire(pool, {64}, torch::kFloat32, /*pinned=*/false, owner);
+    ASSERT_EQ(pool.stats().allocations, 1u);  // its own 4 KiB buffer, reused each time
+    ASSERT_EQ(pool.stats().reuses, i);
+  }
+  ASSERT_EQ(pool.stats().in_use_bytes, 0u);
+  ASSERT_EQ(pool.stats().cached_bytes, 4096u);
+}
+
+TEST(StagingSlabsTest, AFewSmallBuffersStayApartManyShareOnePoolBuffer) {
+  auto pool = StagingPool::Create(8 << 20);
+  auto owner = std::make_shared<StagingOwner>();
+  std::vector<torch::Tensor> pieces;
+  {
+    StagingSlabs slabs;
+    ASSERT_NO_FATAL_FAILURE(UseUnslabbed(slabs, *pool, owner));
+    const uint64_t before = pool->stats().allocations;
+    // 1,024 tensors of 64 floats (256 bytes) fill one slab exactly.
+    for (int i = 0; i < 1024; ++i) {
+      pieces.push_back(slabs.Acquire(*pool, {64}, torch::kFloat32, /*pinned=*/false, owner));
+      pieces.back().fill_(static_cast<float>(i));
+    }
+    StagingPoolStats s = pool->stats();
+    EXPECT_EQ(s.allocations, before + 1);
+    EXPECT_EQ(s.in_use_bytes, StagingSlabs::kSlabBytes);
+    EXPECT_EQ(owner->held, StagingSlabs::kSlabBytes);
+    // The next piece starts a second slab.
+    pieces.push_back(slabs.Acquire(*pool, {64}, torch::kFloat32, /*pinned=*/false, owner));
+    EXPECT_EQ(pool->stats().allocations, before + 2);
+    EXPECT_EQ(pool->stats().in_use_bytes, 2 * StagingSlabs::kSlabBytes);
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pieces[i].data_ptr()) % kSlabAlignment, 0u) << i;
+    EXPECT_TRUE(pieces[i].is_contiguous());
+  }
+  for (int i = 1; i < 1024; ++i) {
+    EXPECT_EQ(static_cast<uint8_t*>(pieces[i].data_ptr()) - static_cast<uint8_t*>(pieces[i - 1].data_ptr()), 256);
+    EXPECT_TRUE(torch::equal(pieces[i], torch::full({64}, static_cast<float>(i)))) << i;  // no overlap
+  }
+  // The carver is gone; a slab returns to the pool with its last piece.
+  pieces.resize(1);
+  EXPECT_EQ(pool->stats().in_use_bytes, StagingSlabs::kSlabBytes);
+  pieces.clear();
+  StagingPoolStats s = pool->stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(owner->held, 0u);
+  EXPECT_EQ(s.cached_bytes, 4096u + 2 * StagingSlabs::kSlabBytes);
+}
+
+TEST(StagingSlabsTest, OddSizesRoundUpToTheAlignment) {
+  auto pool = StagingPool::Create(1 << 20);
+  auto owner = std::make_shared<StagingOwner>();
+  StagingSlabs slabs;
+  ASSERT_NO_FATAL_FAILURE(UseUnslabbed(slabs, *pool, owner));
+  torch::Tensor a = slabs.Acquire(*pool, {3}, torch::kUInt8, /*pinned=*/false, owner);
+  torch::Tensor b = slabs.Acquire(*pool, {2, 5}, torch::kFloat64, /*pinned=*/false, owner);
+  torch::Tensor c = slabs.Acquire(*pool, {1}, torch::kBFloat16, /*pinned=*/false, owner);
+  EXPECT_EQ(b.sizes(), torch::IntArrayRef({2, 5}));
+  EXPECT_EQ(b.scalar_type(), torch::kFloat64);
+  EXPECT_EQ(static_cast<uint8_t*>(b.data_ptr()) - static_cast<uint8_t*>(a.data_ptr()), 64);
+  EXPECT_EQ(static_cast<uint8_t*>(c.data_ptr()) - static_cast<uint8_t*>(b.data_ptr()), 128);  // 80 -> 128
+  EXPECT_EQ(pool->stats().in_use_bytes, StagingSlabs::kSlabBytes);
 }
 
 }  // namespace
