@@ -8,6 +8,8 @@
 //   restore  -- Checkpointer::Restore into a second module + optimizer;
 //   save / load -- torch::save / torch::load of the same 3N tensors;
 //   manifest -- SnapshotInfo::manifest_bytes of a snapshot (what each one repeats);
+//   cpu      -- CPU time of capture and restore (all threads) and of the stall
+//               (calling thread): comparable on a machine shared with other work;
 //   new      -- SnapshotInfo::new_bytes of each CaptureAsync snapshot (chunk
 //               bytes it wrote: deltas against the previous one, issue 18 item 4).
 // Medians of `runs` repetitions. Prints a table and the ratios the issue
@@ -15,6 +17,9 @@
 // Usage: many_tensors_bench [--counts 5000,10000,20000,50000] [--floats 64]
 //                           [--runs 3] [--dir /tmp/many_tensors_bench] [--json out.json]
 //                           [--worker-nice 0]
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -92,9 +97,26 @@ struct Net {
   }
 };
 
+// CPU seconds of the whole process (every thread) and of the calling thread:
+// what the work cost, whatever else the machine runs (wall times on a shared
+// machine include other processes' time slices).
+double ProcessCpu() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+double ThreadCpu() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
 struct Figures {
   int64_t count = 0;
   double capture = 0, stall = 0, restore = 0, save = 0, load = 0;
+  // CPU seconds: capture and restore in all threads, stall on the caller's.
+  double capture_cpu = 0, stall_cpu = 0, restore_cpu = 0;
   uint64_t manifest_bytes = 0, logical_bytes = 0, tensors = 0;
   double new_bytes = 0;  // median over runs
 };
@@ -117,19 +139,23 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
 
   Figures f;
   f.count = count;
-  std::vector<double> capture, stall, restore, save, load, new_bytes;
+  std::vector<double> capture, stall, restore, save, load, new_bytes, capture_cpu, stall_cpu, restore_cpu;
   Checkpointer checkpointer(*store);
   int64_t step = 0;
   for (int run = 0; run < runs; ++run) {
     net.Step();
     auto a = Clock::now();
+    double cpu = ProcessCpu();
     Check(checkpointer.Capture(++step, net.State()), "capture");
     capture.push_back(Seconds(a, Clock::now()));
+    capture_cpu.push_back(ProcessCpu() - cpu);
 
     net.Step();
     a = Clock::now();
+    cpu = ThreadCpu();
     auto handle = checkpointer.CaptureAsync(++step, net.State());
     stall.push_back(Seconds(a, Clock::now()));
+    stall_cpu.push_back(ThreadCpu() - cpu);
     Check(handle.status(), "capture async");
     Check(handle->Wait(), "capture async wait");
     auto written = store->Info(step);
@@ -137,8 +163,10 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
     new_bytes.push_back(static_cast<double>(written->new_bytes));
 
     a = Clock::now();
+    cpu = ProcessCpu();
     Check(checkpointer.Restore(step, target.State()), "restore");
     restore.push_back(Seconds(a, Clock::now()));
+    restore_cpu.push_back(ProcessCpu() - cpu);
 
     if (!peer) continue;
     const std::string file = (dir / "tensors.pt").string();
@@ -160,6 +188,9 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
   f.capture = Median(capture);
   f.stall = Median(stall);
   f.restore = Median(restore);
+  f.capture_cpu = Median(capture_cpu);
+  f.stall_cpu = Median(stall_cpu);
+  f.restore_cpu = Median(restore_cpu);
   f.save = peer ? Median(save) : 0;
   f.load = peer ? Median(load) : 0;
   f.new_bytes = Median(new_bytes);
@@ -192,14 +223,14 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
 
   std::vector<Figures> all;
-  std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s %12s\n", "params", "tensors", "capture", "stall", "restore",
-              "save", "load", "rest/load", "manifest", "new");
+  std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s %12s   %s\n", "params", "tensors", "capture", "stall",
+              "restore", "save", "load", "rest/load", "manifest", "new", "cpu: capture stall restore");
   for (int64_t count : counts) {
     Figures f = Measure(count, floats, runs, worker_nice, !skip_peer, dir_arg);
-    std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB %10.1fkB\n",
+    std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB %10.1fkB   %.0f %.0f %.0f ms\n",
                 static_cast<long long>(count), static_cast<unsigned long long>(f.tensors), f.capture * 1e3,
                 f.stall * 1e3, f.restore * 1e3, f.save * 1e3, f.load * 1e3, f.load > 0 ? f.restore / f.load : 0.0,
-                f.manifest_bytes / 1e3, f.new_bytes / 1e3);
+                f.manifest_bytes / 1e3, f.new_bytes / 1e3, f.capture_cpu * 1e3, f.stall_cpu * 1e3, f.restore_cpu * 1e3);
     std::fflush(stdout);
     all.push_back(f);
   }
@@ -219,6 +250,9 @@ int main(int argc, char** argv) {
                               {"capture_s", f.capture},
                               {"stall_s", f.stall},
                               {"restore_s", f.restore},
+                              {"capture_cpu_s", f.capture_cpu},
+                              {"stall_cpu_s", f.stall_cpu},
+                              {"restore_cpu_s", f.restore_cpu},
                               {"torch_save_s", f.save},
                               {"torch_load_s", f.load},
                               {"restore_over_torch_load", f.load > 0 ? f.restore / f.load : 0.0}});
@@ -230,11 +264,16 @@ int main(int argc, char** argv) {
     out["scaling"] = {{"count_ratio", scale},
                       {"capture_ratio", last.capture / first.capture},
                       {"stall_ratio", last.stall / first.stall},
-                      {"restore_ratio", last.restore / first.restore}};
-    std::printf("%lld -> %lld params (%.0fx): capture %.1fx, stall %.1fx, restore %.1fx; restore / torch::load at "
-                "%lld: %.2fx\n",
+                      {"restore_ratio", last.restore / first.restore},
+                      {"capture_cpu_ratio", last.capture_cpu / first.capture_cpu},
+                      {"stall_cpu_ratio", last.stall_cpu / first.stall_cpu},
+                      {"restore_cpu_ratio", last.restore_cpu / first.restore_cpu}};
+    std::printf("%lld -> %lld params (%.0fx): capture %.1fx, stall %.1fx, restore %.1fx (CPU time: %.1fx, %.1fx, "
+                "%.1fx); restore / torch::load at %lld: %.2fx\n",
                 static_cast<long long>(first.count), static_cast<long long>(last.count), scale,
                 last.capture / first.capture, last.stall / first.stall, last.restore / first.restore,
+                last.capture_cpu / first.capture_cpu, last.stall_cpu / first.stall_cpu,
+                last.restore_cpu / first.restore_cpu,
                 static_cast<long long>(last.count), last.load > 0 ? last.restore / last.load : 0.0);
   }
   if (!json_path.empty()) {
