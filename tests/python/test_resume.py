@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from loop import first_difference
+from loop import Run, first_difference
 
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop.py")
 STEPS = 30
@@ -50,10 +50,14 @@ def run_until_killed(args, out, kill_at):
 
 @pytest.mark.parametrize("config", ["adamw", "sgd"])
 def test_sigkill_at_random_micro_steps_then_resume_is_bitwise_equal(tmp_path, config):
+    """CTest runs the two configurations as separate tests (in parallel)."""
     seed = int(os.environ.get("TRAINSNAP_KILL_SEED", random.randrange(1 << 30)))
     kills = sorted(random.Random(seed).sample(range(1, STEPS - 1), 3))
     print(f"TRAINSNAP_KILL_SEED={seed} kill points {kills}")
-    reference = run_to_end(["--config", config, "--steps", str(STEPS)], tmp_path / "reference.pt")
+    reference = Run(config)  # the uninterrupted run, in this process (the same code as loop.py's main)
+    for _ in range(STEPS):
+        reference.micro_step()
+    reference = reference.snapshot()
 
     args = ["--config", config, "--steps", str(STEPS), "--store", str(tmp_path / "store")]
     reported = [run_until_killed(args, tmp_path / "killed.pt", k) for k in kills]
