@@ -24,14 +24,18 @@ def type_name(obj):
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _join(path, key):
+    """Tensor names are their paths in the state tree: "state/fc.weight/exp_avg"."""
+    return f"{path}/{key}" if path else str(key)
+
+
 class _Encoder:
     """Turns a state tree into JSON-able values; tensors go to self.tensors.
 
     Tuples, dicts with non-string keys, non-finite floats and tensors are
     tagged so that decode() gives back an equal tree (same types)."""
 
-    def __init__(self, what):
-        self.what = what
+    def __init__(self):
         self.tensors = {}
 
     def encode(self, value, path):
@@ -45,27 +49,27 @@ class _Encoder:
             return {"__float__": repr(float(value))}
         if isinstance(value, torch.Tensor):
             if value.is_sparse or value.layout != torch.strided:
-                raise _trainsnap.NotSupported(f"{self.what}: `{path}` is a {value.layout} tensor")
+                raise _trainsnap.NotSupported(f"`{path}` is a {value.layout} tensor")
             name = path
             while name in self.tensors:
                 name += "'"
             self.tensors[name] = value.detach()
             return {"__tensor__": name}
         if isinstance(value, tuple):
-            return {"__tuple__": [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]}
+            return {"__tuple__": [self.encode(v, _join(path, i)) for i, v in enumerate(value)]}
         if isinstance(value, list):
-            return [self.encode(v, f"{path}/{i}") for i, v in enumerate(value)]
+            return [self.encode(v, _join(path, i)) for i, v in enumerate(value)]
         if isinstance(value, dict):
             if all(type(k) is str for k in value):
-                return {"__dict__": {k: self.encode(v, f"{path}/{k}") for k, v in value.items()}}
+                return {"__dict__": {k: self.encode(v, _join(path, k)) for k, v in value.items()}}
             items = []
             for k, v in value.items():
                 if not isinstance(k, (str, int)) or isinstance(k, bool):
-                    raise _trainsnap.NotSupported(f"{self.what}: `{path}` has a key of type {type(k).__name__}")
-                items.append([k, self.encode(v, f"{path}/{k}")])
+                    raise _trainsnap.NotSupported(f"`{path}` has a key of type {type(k).__name__}")
+                items.append([k, self.encode(v, _join(path, k))])
             return {"__items__": items}
         raise _trainsnap.NotSupported(
-            f"{self.what}: `{path}` is a {type_name(value)}, which trainsnap cannot store "
+            f"`{path}` is a {type_name(value)}, which trainsnap cannot store "
             "(state_dict() values: tensors, numbers, strings, None, and lists/tuples/dicts of them)")
 
 
@@ -87,20 +91,20 @@ def _decode(value, tensors):
     return value
 
 
-def _dump(kind, state, tensors):
-    encoder = _Encoder(kind)
+def _dump(state, tensors):
+    encoder = _Encoder()
     tree = encoder.encode(state, "")
     tensors.update(encoder.tensors)
     return json.dumps({"format": _FORMAT, "state": tree}, allow_nan=False, separators=(",", ":")).encode()
 
 
-def _load(kind, payload, tensors):
+def _load(payload, tensors):
     try:
         doc = json.loads(payload.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _trainsnap.Corruption(f"{kind}: stored state does not parse: {e}") from None
+        raise _trainsnap.Corruption(f"stored state does not parse: {e}") from None
     if doc.get("format") != _FORMAT:
-        raise _trainsnap.NotSupported(f"{kind}: stored state format {doc.get('format')!r}, this build reads {_FORMAT}")
+        raise _trainsnap.NotSupported(f"stored state format {doc.get('format')!r}, this build reads {_FORMAT}")
     names = set()
 
     def collect(v):
@@ -115,14 +119,14 @@ def _load(kind, payload, tensors):
 
     collect(doc["state"])
     if names != set(tensors):
-        raise _trainsnap.Corruption(f"{kind}: stored tensors {sorted(tensors)} do not match its state {sorted(names)}")
+        raise _trainsnap.Corruption(f"stored tensors {sorted(tensors)} do not match its state {sorted(names)}")
     return _decode(doc["state"], tensors)
 
 
-def _check_type(kind, stored, obj):
+def _check_type(stored, obj):
     actual = type_name(obj)
     if stored != actual:
-        raise _trainsnap.ContractMismatch(f"{kind}: the snapshot holds a {stored}, the target is a {actual}")
+        raise _trainsnap.ContractMismatch(f"the snapshot holds a {stored}, the target is a {actual}")
 
 
 class StatefulAdapter:
@@ -138,12 +142,12 @@ class StatefulAdapter:
 
     def save(self):
         tensors = {}
-        payload = _dump(self.kind, self.obj.state_dict(), tensors)
+        payload = _dump(self.obj.state_dict(), tensors)
         return type_name(self.obj), payload, tensors
 
     def load(self, stored_type, payload, tensors):
-        _check_type(self.kind, stored_type, self.obj)
-        self.obj.load_state_dict(_load(self.kind, payload, tensors))
+        _check_type(stored_type, self.obj)
+        self.obj.load_state_dict(_load(payload, tensors))
 
 
 class OptimizerAdapter:
@@ -165,7 +169,7 @@ class OptimizerAdapter:
                 name = self.names.get(id(p))
                 if name is None:
                     raise _trainsnap.InvalidArgument(
-                        f"optimizer: param group {g} holds a tensor {tuple(p.shape)} that is no parameter of the model")
+                        f"param group {g} holds a tensor {tuple(p.shape)} that is no parameter of the model")
                 names.append(name)
             groups.append(names)
         return groups
@@ -181,17 +185,17 @@ class OptimizerAdapter:
             group["params"] = names
             param_groups.append(group)
         tensors = {}
-        payload = _dump("optimizer", {"state": state, "param_groups": param_groups}, tensors)
+        payload = _dump({"state": state, "param_groups": param_groups}, tensors)
         return type_name(self.optimizer), payload, tensors
 
     def load(self, stored_type, payload, tensors):
-        _check_type("optimizer", stored_type, self.optimizer)
-        stored = _load("optimizer", payload, tensors)
+        _check_type(stored_type, self.optimizer)
+        stored = _load(payload, tensors)
         groups = self._group_names()
         stored_groups = stored["param_groups"]
         if len(stored_groups) != len(groups):
             raise _trainsnap.ContractMismatch(
-                f"optimizer: {len(stored_groups)} param groups in the snapshot, {len(groups)} in the target")
+                f"{len(stored_groups)} param groups in the snapshot, {len(groups)} in the target")
         for g, (saved, names) in enumerate(zip(stored_groups, groups)):
             if saved["params"] != names:
                 for i in range(max(len(saved["params"]), len(names))):
@@ -199,11 +203,11 @@ class OptimizerAdapter:
                     b = names[i] if i < len(names) else "(none)"
                     if a != b:
                         raise _trainsnap.ContractMismatch(
-                            f"optimizer: param group {g}, parameter {i}: `{a}` in the snapshot, `{b}` in the target")
+                            f"param group {g}, parameter {i}: `{a}` in the snapshot, `{b}` in the target")
         index = {name: i for i, name in enumerate(n for names in groups for n in names)}
         unknown = [name for name in stored["state"] if name not in index]
         if unknown:
-            raise _trainsnap.ContractMismatch(f"optimizer: state of `{unknown[0]}`, which no param group holds")
+            raise _trainsnap.ContractMismatch(f"state of `{unknown[0]}`, which no param group holds")
         param_groups = []
         for saved in stored_groups:
             group = dict(saved)
@@ -224,32 +228,37 @@ class PythonRngAdapter:
     def save(self):
         if not self.enabled:
             return "python.rng", b"", {}
+        # The generators' words as int64 tensors: stored as chunks (compressed),
+        # not as ~7 KB of JSON digits each in every manifest.
         version, internal, gauss = random.getstate()
-        state = {"random": [version, list(internal), gauss]}
+        state = {"random": [version, torch.tensor(internal, dtype=torch.int64), gauss]}
         try:
             import numpy
         except ImportError:
             numpy = None
         if numpy is not None:
             name, keys, pos, has_gauss, cached = numpy.random.get_state()
-            state["numpy"] = [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
-        return "python.rng", _dump("rng", state, {}), {}
+            state["numpy"] = [name, torch.from_numpy(keys.astype(numpy.int64)), int(pos), int(has_gauss),
+                              float(cached)]
+        tensors = {}
+        payload = _dump(state, tensors)
+        return "python.rng", payload, tensors
 
     def load(self, stored_type, payload, tensors):
         if not self.enabled:
             return
         if not payload:
-            raise _trainsnap.ContractMismatch("RNG: requested by the target, absent from the snapshot")
-        state = _load("rng", payload, tensors)
+            raise _trainsnap.ContractMismatch("requested by the target, absent from the snapshot")
+        state = _load(payload, tensors)
         numpy = None
         if "numpy" in state:
             try:
                 import numpy
             except ImportError:
-                raise _trainsnap.NotSupported("RNG: the snapshot holds NumPy's state, NumPy is not importable") from None
+                raise _trainsnap.NotSupported("the snapshot holds NumPy's state, NumPy is not importable") from None
             name, keys, pos, has_gauss, cached = state["numpy"]
-            numpy_state = (name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached)
+            numpy_state = (name, keys.numpy().astype(numpy.uint32), pos, has_gauss, cached)
         version, internal, gauss = state["random"]
-        random.setstate((version, tuple(internal), gauss))
+        random.setstate((version, tuple(internal.tolist()), gauss))
         if numpy is not None:
             numpy.random.set_state(numpy_state)

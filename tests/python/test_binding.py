@@ -146,7 +146,7 @@ def test_wrong_optimizer_type_raises_contract_mismatch_and_changes_nothing(tmp_p
     before = everything(other)
     with pytest.raises(trainsnap.ContractMismatch) as e:
         ckpt.restore(5, **other.state())
-    assert str(e.value) == ("restore step 5: extra state `python:optimizer`: optimizer: the snapshot holds a "
+    assert str(e.value) == ("restore step 5: extra state `python:optimizer`: the snapshot holds a "
                             "torch.optim.adamw.AdamW, the target is a torch.optim.sgd.SGD")
     # The cursor ("data", loaded before the optimizer) was rolled back too.
     assert first_difference(everything(other), before) == ""
@@ -256,7 +256,8 @@ def test_not_supported_for_a_meta_parameter_and_for_unstorable_state(tmp_path):
 
     with pytest.raises(trainsnap.NotSupported) as e:
         ckpt.capture(2, extra={"odd": Odd()}, rng=False)
-    assert "`/__dict__/ids`" not in str(e.value) and "`/ids` is a builtins.set" in str(e.value)
+    assert str(e.value) == ("capture step 2: extra state `odd`: `ids` is a builtins.set, which trainsnap "
+                            "cannot store (state_dict() values: tensors, numbers, strings, None, and lists/tuples/dicts of them)")
 
 
 def test_busy_when_another_writer_holds_the_store(tmp_path):
