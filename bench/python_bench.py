@@ -11,8 +11,8 @@ measured in the same run:
 - restore: Checkpointer.restore against torch.load (of that file, from the
   page cache) + load_state_dict.
 
-Two workloads: "full" (every parameter trains, AdamW) and "lora" (frozen
-base + adapters, model_state="trainable").
+Workloads: "full" (every parameter trains, AdamW; also "full_raw" with
+Store(compress=False)) and "lora" (frozen base + adapters, model_state="trainable").
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_bench.py [--steps 40] [--json out.json]
 """
@@ -72,11 +72,11 @@ def step(model, opt, sched, x):
     opt.zero_grad()
 
 
-def loop_seconds(workload, width, depth, steps, x, store_dir=None):
+def loop_seconds(workload, width, depth, steps, x, store_dir=None, compress=True):
     model, opt, sched = make(workload, width, depth)
     ckpt = store = None
     if store_dir:
-        store = trainsnap.Store(store_dir, sync=True)
+        store = trainsnap.Store(store_dir, sync=True, compress=compress)
         ckpt = trainsnap.Checkpointer(store, model_state="trainable" if workload == "lora" else "trainable_and_buffers")
     times = []
     for s in range(1, steps + 1):
@@ -105,11 +105,14 @@ def main():
                "torch": torch.__version__, "workloads": {}}
     work = tempfile.mkdtemp(prefix="trainsnap_python_bench_")
     try:
-        for workload in ("full", "lora"):
+        # (name, workload, Store(compress=)): compress=False trades bytes for
+        # encoder CPU (StoreOptions::compress), which a snapshot every step on
+        # two cores runs short of.
+        for name, workload, compress in (("full", "full", True), ("full_raw", "full", False), ("lora", "lora", True)):
             base, _, _ = loop_seconds(workload, args.width, args.depth, args.steps, x)
-            store_dir = os.path.join(work, workload)
+            store_dir = os.path.join(work, name)
             snap, drain, (model, opt, sched, ckpt, store) = loop_seconds(workload, args.width, args.depth,
-                                                                         args.steps, x, store_dir)
+                                                                         args.steps, x, store_dir, compress)
             # Medians: the first steps allocate (optimizer state, staging buffers).
             base_ms, snap_ms = statistics.median(base) * 1e3, statistics.median(snap) * 1e3
             infos = store.list()
@@ -117,7 +120,7 @@ def main():
             trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
             # The peer: one torch.save file per snapshot, synced like the store's commits.
-            peer = os.path.join(work, workload + ".pt")
+            peer = os.path.join(work, name + ".pt")
             start = time.perf_counter()
             with open(peer, "wb") as f:
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -135,8 +138,9 @@ def main():
                 start = time.perf_counter()
                 ckpt.restore(args.steps, model=target_model, optimizer=target_opt, scheduler=target_sched, rng=True)
                 restore_s.append(time.perf_counter() - start)
-            for name, p in model.state_dict().items():
-                assert torch.equal(p, target_model.state_dict()[name]), name
+            restored = target_model.state_dict()
+            for key, value in model.state_dict().items():
+                assert torch.equal(value, restored[key]), key
             load_s = []
             for _ in range(3):
                 start = time.perf_counter()
@@ -155,8 +159,9 @@ def main():
                 "torch_save_ms": save_s * 1e3,
                 "restore_ms": min(restore_s) * 1e3, "torch_load_and_load_state_dict_ms": min(load_s) * 1e3,
             }
-            results["workloads"][workload] = r
-            print(f"{workload}: trainable {trainable / 2**20:.2f} MiB; step {base_ms:.2f} ms -> {snap_ms:.2f} ms with "
+            r["compress"] = compress
+            results["workloads"][name] = r
+            print(f"{name}: trainable {trainable / 2**20:.2f} MiB; step {base_ms:.2f} ms -> {snap_ms:.2f} ms with "
                   f"capture_async (+{snap_ms - base_ms:.2f} ms); new bytes/snapshot {new_bytes / 2**20:.3f} MiB vs "
                   f"torch.save {len(saved) / 2**20:.3f} MiB"
                   + (f", zstd-1 {zstd_bytes / 2**20:.3f} MiB" if zstd_bytes else "")
