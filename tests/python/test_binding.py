@@ -333,3 +333,37 @@ def test_store_close_is_refused_while_a_checkpointer_uses_it(tmp_path):
     store.close()
     with pytest.raises(trainsnap.InvalidArgument):
         store.latest()
+
+
+def test_rollback_to_discards_later_steps_so_they_can_be_captured_again(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    snapshots = {}
+    for step in range(1, 4):
+        train(run, 1)
+        ckpt.capture(step, **run.state())
+        snapshots[step] = run.snapshot()
+    assert ckpt.rollback_to(1, **run.state()) == 1
+    assert [i["step"] for i in store.list()] == [1]
+    assert first_difference(run.snapshot(), snapshots[1]) == ""
+    train(run, 1)
+    ckpt.capture(2, **run.state())
+    assert first_difference(run.snapshot(), snapshots[2]) == ""  # the same trajectory again
+    assert store.latest() == 2
+
+
+def test_options_are_checked(tmp_path):
+    store = open_store(tmp_path)
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        trainsnap.Checkpointer(store, model_state="adapters")
+    assert str(e.value) == 'model_state must be "trainable", "trainable_and_buffers" or "full", not "adapters"'
+    ckpt = trainsnap.Checkpointer(store)
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.capture(1, extra={"python:x": Run().cursor})
+    assert str(e.value) == "extra key 'python:x': a str not starting with \"python:\""
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.capture(1, optimizer=torch.optim.SGD([nn.Parameter(torch.ones(2))], lr=0.1))
+    assert str(e.value) == ("capture step 1: extra state `python:optimizer`: param group 0 holds a tensor (2,) "
+                            "that is no parameter of the model")
+    assert store.list() == []
