@@ -189,7 +189,8 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
     extra->set_state(stateful->SaveState());
   }
   for (const auto& [name, stateful] : state.tensor_extra) {
-    TRAINSNAP_RETURN_IF_ERROR(StageTensorExtra(name, stateful, state, *snapshot).WithContext("extra state `" + name + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(
+        StageTensorExtra(name, stateful, state, *snapshot).WithContext("extra state `" + name + "`"));
   }
   return snapshot;
 }
