@@ -132,10 +132,11 @@ class Checkpointer:
         self._impl = _Checkpointer(store._impl, model_state, gradients, base_label, hash_base_content,
                                    max_captures_in_flight)
 
-    def _adapters(self, model, optimizer, scheduler, extra, rng):
+    def _adapters(self, model, optimizer, scheduler, extra, rng, restore_optimizer_options=True):
         adapters = {_RNG: _state.PythonRngAdapter(bool(rng))}
         if optimizer is not None:
-            adapters[_OPTIMIZER] = _state.OptimizerAdapter(optimizer, _parameter_names(model))
+            adapters[_OPTIMIZER] = _state.OptimizerAdapter(optimizer, _parameter_names(model),
+                                                           restore_optimizer_options)
         if scheduler is not None:
             adapters[_SCHEDULER] = _state.StatefulAdapter("scheduler", scheduler)
         for key, obj in (extra or {}).items():
@@ -160,19 +161,22 @@ class Checkpointer:
         self._impl.flush()
 
     def restore(self, step, model=None, optimizer=None, scheduler=None, accumulation=None, extra=None, rng=True,
-                restore_gradients=True, allow_missing_buffers=False, discard_later=False):
+                restore_gradients=True, allow_missing_buffers=False, discard_later=False,
+                restore_optimizer_options=True):
         """Restores snapshot `step` into the given objects, which must match
         it (ContractMismatch naming the first difference). On any error every
         object is left bitwise unchanged. discard_later also deletes the later
-        snapshots (a rollback), so that those steps may be captured again."""
-        adapters = self._adapters(model, optimizer, scheduler, extra, rng)
+        snapshots (a rollback), so that those steps may be captured again.
+        restore_optimizer_options=False keeps the optimizer's param-group
+        options (lr, betas, weight_decay, ...) and restores only its state."""
+        adapters = self._adapters(model, optimizer, scheduler, extra, rng, restore_optimizer_options)
         return self._impl.restore(int(step), model, adapters, accumulation, bool(rng), restore_gradients,
                                   allow_missing_buffers, discard_later)
 
     def restore_latest(self, model=None, optimizer=None, scheduler=None, accumulation=None, extra=None, rng=True,
-                       restore_gradients=True, allow_missing_buffers=False):
+                       restore_gradients=True, allow_missing_buffers=False, restore_optimizer_options=True):
         """Restores the latest snapshot and returns its step (NotFound when there is none)."""
-        adapters = self._adapters(model, optimizer, scheduler, extra, rng)
+        adapters = self._adapters(model, optimizer, scheduler, extra, rng, restore_optimizer_options)
         return self._impl.restore(None, model, adapters, accumulation, bool(rng), restore_gradients,
                                   allow_missing_buffers, False)
 

@@ -155,11 +155,12 @@ class OptimizerAdapter:
     name: the per-parameter state under "<param name>", each param group's
     parameters as names. `names` maps id(tensor) to the parameter's name."""
 
-    def __init__(self, optimizer, names):
+    def __init__(self, optimizer, names, restore_options=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise _trainsnap.InvalidArgument(f"optimizer: a {type_name(optimizer)} is not a torch.optim.Optimizer")
         self.optimizer = optimizer
         self.names = names
+        self.restore_options = restore_options  # False: the groups keep the target's lr, betas, ...
 
     def _group_names(self):
         groups = []
@@ -209,8 +210,8 @@ class OptimizerAdapter:
         if unknown:
             raise _trainsnap.ContractMismatch(f"state of `{unknown[0]}`, which no param group holds")
         param_groups = []
-        for saved in stored_groups:
-            group = dict(saved)
+        for saved, live in zip(stored_groups, self.optimizer.param_groups):
+            group = dict(saved) if self.restore_options else {k: v for k, v in live.items() if k != "params"}
             group["params"] = [index[name] for name in saved["params"]]
             param_groups.append(group)
         state = {index[name]: value for name, value in stored["state"].items()}

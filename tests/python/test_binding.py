@@ -89,6 +89,12 @@ def test_optimizer_state_is_keyed_by_parameter_name_not_position(tmp_path):
     assert opt2.state_dict()["state"][0]["exp_avg"].shape == (2, 4)
     assert opt2.param_groups[0]["lr"] == 0.1
 
+    # restore_optimizer_options=False: the state comes back, the target's lr stays.
+    opt2.param_groups[0]["lr"] = 0.25
+    ckpt.restore(1, model=model2, optimizer=opt2, rng=False, restore_optimizer_options=False)
+    assert opt2.param_groups[0]["lr"] == 0.25
+    assert first_difference(opt2.state_dict()["state"], expected["state"]) == ""
+
     # The same parameters in another order: named, not matched by position.
     opt3 = torch.optim.Adam([p2["0.weight"], p2["1.weight"], p2["0.bias"], p2["1.bias"]], lr=0.5)
     with pytest.raises(trainsnap.ContractMismatch) as e:
