@@ -2,7 +2,8 @@
 # The trainsnap demo: installs what is missing, builds, then runs a LoRA
 # fine-tune that snapshots every micro-step, kills it with SIGKILL mid-run,
 # resumes it in a fresh process and proves the result bitwise identical to an
-# uninterrupted run; ends with a summary of the store.
+# uninterrupted run; ends with a summary of the store. Then the same in Python
+# (examples/finetune_lora.py) when the binding is built.
 #
 #   ./scripts/demo.sh [STEPS]     STEPS optimizer steps of 4 micro-steps (default 40)
 #
@@ -36,3 +37,12 @@ fi
 echo "== demo in ${WORK_DIR}"
 # finetune_lora exits non-zero unless the resumed run is bitwise identical.
 "$BIN" demo "$WORK_DIR" --steps "$STEPS"
+
+# The interpreter the binding was built for (python/CMakeLists.txt writes it).
+if [[ -f "${BUILD_DIR}/python/interpreter" ]]; then
+  PYTHON=$(cat "${BUILD_DIR}/python/interpreter")
+  echo "== Python demo: examples/finetune_lora.py (${PYTHON})"
+  PYTHONPATH="${BUILD_DIR}/python" "$PYTHON" examples/finetune_lora.py demo "$WORK_DIR/python" --steps 20
+else
+  echo "== no Python demo: the binding was not built (the configure output says why)"
+fi

@@ -36,6 +36,30 @@ class Stateful {
   virtual Status LoadState(std::string_view bytes) = 0;
 };
 
+// What a TensorStateful saves and loads. `type` and `bytes` are stored in the
+// manifest (`trainsnap show` prints the type); each tensor is stored like a
+// model tensor (chunked, deduplicated, compressed).
+struct TensorState {
+  std::string type;                               // e.g. "torch.optim.adamw.AdamW"
+  std::string bytes;                              // opaque to trainsnap
+  std::map<std::string, torch::Tensor> tensors;   // dense, any device
+};
+
+// State that holds tensors, of an object with no built-in adapter (the
+// Python binding's optimizers, schedulers and extras). SaveState runs on the
+// capturing thread; its tensors are staged (copied) before CaptureAsync
+// returns. LoadState runs once the snapshot is validated and decoded, before
+// any model tensor is written: `state.tensors` are fresh host tensors with
+// the saved names, shapes and dtypes. An error (or exception: Aborted) from
+// LoadState fails the restore, and the extras already loaded get their
+// previous state back (SaveState, taken before the first load).
+class TensorStateful {
+ public:
+  virtual ~TensorStateful() = default;
+  virtual Status SaveState(TensorState* state) const = 0;
+  virtual Status LoadState(TensorState state) = 0;
+};
+
 // Which module tensors a snapshot holds besides optimizer state and gradients.
 enum class ModelState {
   // Parameters with requires_grad only (LoRA: the adapters). Opt-out of the
@@ -70,6 +94,8 @@ struct TrainingState {
   AccumulationWindow* accumulation = nullptr;
   bool rng = true;                          // torch's default generators
   std::map<std::string, Stateful*> extra;   // data-loader cursor, custom schedulers, ...
+  // Extra state with tensors; its keys share extra's namespace (a key in both is InvalidArgument).
+  std::map<std::string, TensorStateful*> tensor_extra;
   std::map<std::string, torch::nn::Module*> models;
   std::map<std::string, torch::optim::Optimizer*> optimizers;
 };

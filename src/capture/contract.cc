@@ -44,6 +44,12 @@ uint64_t ParamId(std::string_view qualified_name) {
   return XXH3_64bits(qualified_name.data(), qualified_name.size());
 }
 
+uint64_t ExtraTensorId(std::string_view extra, std::string_view tensor) {
+  std::string key = "extra:";
+  key.append(extra).append("/").append(tensor);
+  return ParamId(key);
+}
+
 std::string ShapeString(c10::IntArrayRef shape) {
   std::ostringstream out;
   out << '[';

@@ -36,6 +36,10 @@ Result<std::vector<NamedOptimizer>> CollectOptimizers(const TrainingState& state
 std::string QualifiedName(std::string_view model_key, std::string_view name);
 // XXH3-64 of a qualified name: the stable parameter ID.
 uint64_t ParamId(std::string_view qualified_name);
+// ID of tensor `tensor` of TrainingState::tensor_extra[`extra`]: ParamId of
+// "extra:<extra>/<tensor>". Its records use role "extra", which no model or
+// optimizer tensor uses, so an equal ID cannot make two records collide.
+uint64_t ExtraTensorId(std::string_view extra, std::string_view tensor);
 
 // One tensor of the models, with every qualified name it goes by.
 struct ContractEntry {

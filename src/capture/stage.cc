@@ -93,6 +93,29 @@ Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnap
   return StageOrReuse(snapshot, reuse, entry.id, role, entry.tensor, entry.names.front());
 }
 
+Status StageTensorExtra(const std::string& name, const TensorStateful* stateful, const TrainingState& state,
+                        StagedSnapshot& snapshot) {
+  if (stateful == nullptr) return Status::InvalidArgument("is null");
+  if (state.extra.count(name)) return Status::InvalidArgument("is a key of both extra and tensor_extra");
+  TensorState saved;
+  TRAINSNAP_RETURN_IF_ERROR(stateful->SaveState(&saved));
+  proto::ExtraState* extra = snapshot.manifest.add_extra();
+  extra->set_name(name);
+  extra->set_has_tensors(true);
+  extra->set_type(std::move(saved.type));
+  extra->set_state(std::move(saved.bytes));
+  for (const auto& [tensor_name, tensor] : saved.tensors) {
+    if (!tensor.defined()) return Status::InvalidArgument("tensor `" + tensor_name + "` is undefined");
+    proto::ExtraTensor* out = extra->add_tensors();
+    out->set_id(ExtraTensorId(name, tensor_name));
+    out->set_name(tensor_name);
+    TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(tensor, out).WithContext("tensor `" + tensor_name + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(tensor).WithContext("tensor `" + tensor_name + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(snapshot.staging.Add(out->id(), "extra", tensor, name + "/" + tensor_name));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
@@ -164,6 +187,10 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
     proto::ExtraState* extra = manifest.add_extra();
     extra->set_name(name);
     extra->set_state(stateful->SaveState());
+  }
+  for (const auto& [name, stateful] : state.tensor_extra) {
+    TRAINSNAP_RETURN_IF_ERROR(
+        StageTensorExtra(name, stateful, state, *snapshot).WithContext("extra state `" + name + "`"));
   }
   return snapshot;
 }

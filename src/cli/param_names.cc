@@ -24,6 +24,11 @@ ManifestView ManifestView::Parse(const std::string& bytes) {
   for (const auto& tensor : manifest->model_tensors()) {
     view.names_[tensor.id()].assign(tensor.names().begin(), tensor.names().end());
   }
+  for (const auto& extra : manifest->extra()) {
+    for (const auto& tensor : extra.tensors()) {
+      view.names_[tensor.id()] = {"extra:" + extra.name() + "/" + tensor.name()};
+    }
+  }
   view.models_.assign(manifest->models().begin(), manifest->models().end());
   view.manifest_ = std::move(manifest);
   return view;

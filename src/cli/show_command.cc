@@ -153,7 +153,12 @@ void PrintManifest(const ManifestView& view, std::ostream& out) {
   }
   if (m.extra_size() > 0) {
     out << "extra:";
-    for (const auto& e : m.extra()) out << " " << e.name() << " (" << e.state().size() << " B)";
+    for (const auto& e : m.extra()) {
+      out << " " << e.name() << " (";
+      // A TensorStateful (Python optimizers, schedulers, extras) names its type.
+      if (e.has_tensors()) out << e.type() << ", " << e.tensors_size() << " tensors, ";
+      out << e.state().size() << " B)";
+    }
     out << "\n";
   }
 }

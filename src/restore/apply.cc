@@ -8,26 +8,47 @@ namespace trainsnap::internal {
 
 namespace {
 
+// An extra's state before the restore, to roll it back.
+struct PreviousExtra {
+  std::string bytes;
+  TensorState tensor_state;
+};
+
+// LoadState must not throw; one that does counts as a refusal, so that the
+// ones before it still get rolled back.
+template <class Fn>
+Status NoThrow(const char* call, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Status::Aborted(std::string(call) + " threw: " + e.what());
+  } catch (...) {
+    return Status::Aborted(std::string(call) + " threw an exception that is not a std::exception");
+  }
+}
+
+Status LoadExtra(RestorePlan::Extra& item, const std::string& bytes, const TensorState* tensor_state) {
+  if (item.tensor_target != nullptr) {
+    return NoThrow("LoadState", [&] { return item.tensor_target->LoadState(*tensor_state); });
+  }
+  return NoThrow("LoadState", [&] { return item.target->LoadState(bytes); });
+}
+
 Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
-  std::vector<std::string> previous;
-  previous.reserve(extra.size());
-  for (const RestorePlan::Extra& item : extra) previous.push_back(item.target->SaveState());
-  // LoadState must not throw; one that does counts as a refusal, so that the
-  // ones before it still get rolled back.
-  auto load = [](Stateful& target, const std::string& bytes) -> Status {
-    try {
-      return target.LoadState(bytes);
-    } catch (const std::exception& e) {
-      return Status::Aborted(std::string("LoadState threw: ") + e.what());
-    } catch (...) {
-      return Status::Aborted("LoadState threw an exception that is not a std::exception");
-    }
-  };
+  std::vector<PreviousExtra> previous(extra.size());
   for (size_t i = 0; i < extra.size(); ++i) {
-    Status status = load(*extra[i].target, extra[i].bytes);
+    if (extra[i].tensor_target == nullptr) {
+      previous[i].bytes = extra[i].target->SaveState();
+      continue;
+    }
+    Status saved = NoThrow("SaveState", [&] { return extra[i].tensor_target->SaveState(&previous[i].tensor_state); });
+    if (!saved.ok()) return saved.WithContext("extra state `" + extra[i].name + "`: saving its state before the restore");
+  }
+  for (size_t i = 0; i < extra.size(); ++i) {
+    Status status = LoadExtra(extra[i], extra[i].bytes, &extra[i].tensor_state);
     if (status.ok()) continue;
     for (size_t j = 0; j < i; ++j) {
-      Status undo = load(*extra[j].target, previous[j]);
+      Status undo = LoadExtra(extra[j], previous[j].bytes, &previous[j].tensor_state);
       if (!undo.ok()) {
         return Status::Aborted("extra state `" + extra[i].name + "` refused its bytes (" + status.ToString() +
                                "), and restoring `" + extra[j].name + "` to its previous state failed: " +

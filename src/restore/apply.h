@@ -29,10 +29,13 @@ struct RestorePlan {
     proto::GradState state = proto::GRAD_UNDEFINED;
     torch::Tensor staged;  // GRAD_STORED only, on the parameter's device
   };
+  // One of `target` (bytes) or `tensor_target` (tensor_state).
   struct Extra {
     std::string name;
     Stateful* target = nullptr;
     std::string bytes;
+    TensorStateful* tensor_target = nullptr;
+    TensorState tensor_state;  // decoded tensors on the host
   };
   std::vector<Copy> copies;
   std::vector<Grad> grads;
@@ -52,9 +55,11 @@ struct RestorePlan {
 // ApplyPlan's tensor writes cannot fail.
 Status CheckWritable(const RestorePlan& plan);
 
-// Checks CheckWritable, then loads the extra state: when a Stateful refuses
-// its bytes (or throws), the ones already loaded get their previous state
-// back and the error is returned with nothing else touched. Then copies
+// Checks CheckWritable, then saves every extra's previous state (a
+// TensorStateful that fails to save fails the restore, nothing loaded yet)
+// and loads the extra state: when one refuses (or throws), the ones already
+// loaded get their previous state back and the error is returned with
+// nothing else touched. Then copies
 // tensors, gradients, optimizer state, scheduler, window and RNG under
 // NoGradGuard; none of these can fail.
 Status ApplyPlan(RestorePlan& plan);

@@ -113,6 +113,17 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   for (const proto::ModelTensor& stored : manifest.model_tensors()) {
     wanted.push_back(Want(stored.id(), stored.role(), stored));
   }
+  for (const proto::ExtraState& extra : manifest.extra()) {
+    for (const proto::ExtraTensor& tensor : extra.tensors()) {
+      WantedTensor want;
+      want.param_id = tensor.id();
+      want.role = "extra";
+      want.name = extra.name() + "/" + tensor.name();
+      want.shape.assign(tensor.shape().begin(), tensor.shape().end());
+      want.dtype = static_cast<DType>(tensor.dtype());
+      wanted.push_back(std::move(want));
+    }
+  }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
     TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
                                   .WithContext(OptimizerName(stored.name())));
@@ -161,10 +172,28 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   }
   plan.rng = std::move(rng);
   for (const proto::ExtraState& extra : manifest.extra()) {
-    plan.extra.push_back({extra.name(), target.extra.at(extra.name()), extra.state()});
+    RestorePlan::Extra item;
+    item.name = extra.name();
+    if (!extra.has_tensors()) {
+      item.target = target.extra.at(extra.name());
+      item.bytes = extra.state();
+    } else {
+      item.tensor_target = target.tensor_extra.at(extra.name());
+      item.tensor_state.type = extra.type();
+      item.tensor_state.bytes = extra.state();
+      for (const proto::ExtraTensor& tensor : extra.tensors()) {
+        item.tensor_state.tensors[tensor.name()] = decoded.at(TensorKey(tensor.id(), "extra"));
+      }
+    }
+    plan.extra.push_back(std::move(item));
   }
   LaterSnapshotsDiscarder discarder(store, step);
-  if (options.discard_later) plan.extra.push_back({"(discard_later)", &discarder, std::string()});
+  if (options.discard_later) {
+    RestorePlan::Extra item;
+    item.name = "(discard_later)";
+    item.target = &discarder;
+    plan.extra.push_back(std::move(item));
+  }
 
   // 4. Copy in: ApplyPlan checks that every live tensor accepts the write
   // before the first one.

@@ -209,15 +209,30 @@ Status CheckComposition(const proto::TrainingManifest& manifest, const TrainingS
   if (target.rng && !manifest.has_rng()) {
     return Status::ContractMismatch("RNG: requested by the target, absent from the snapshot");
   }
+  // Both kinds of extra state share one key space; a key must be of the same
+  // kind on both sides (a Stateful cannot load a TensorStateful's bytes).
   std::set<std::string> stored_extra;
   for (const auto& extra : manifest.extra()) {
     stored_extra.insert(extra.name());
-    auto it = target.extra.find(extra.name());
-    if (it == target.extra.end() || it->second == nullptr) {
+    auto plain = target.extra.find(extra.name());
+    auto tensors = target.tensor_extra.find(extra.name());
+    const bool in_plain = plain != target.extra.end() && plain->second != nullptr;
+    const bool in_tensors = tensors != target.tensor_extra.end() && tensors->second != nullptr;
+    if (!in_plain && !in_tensors) {
       return Status::ContractMismatch("extra state `" + extra.name() + "`: in the snapshot, absent from the target");
+    }
+    if (in_tensors != extra.has_tensors()) {
+      return Status::ContractMismatch("extra state `" + extra.name() + "`: " +
+                                      (extra.has_tensors() ? "saved with tensors (tensor_extra), given as extra"
+                                                           : "saved as extra, given as tensor_extra"));
     }
   }
   for (const auto& [name, stateful] : target.extra) {
+    if (!stored_extra.count(name)) {
+      return Status::ContractMismatch("extra state `" + name + "`: in the target, absent from the snapshot");
+    }
+  }
+  for (const auto& [name, stateful] : target.tensor_extra) {
     if (!stored_extra.count(name)) {
       return Status::ContractMismatch("extra state `" + name + "`: in the target, absent from the snapshot");
     }

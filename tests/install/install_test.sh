@@ -54,4 +54,15 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 g++ -std=c++17 -O1 -o "$TRAINSNAP_WORK_DIR/store_consumer" "$TRAINSNAP_CONSUMER_DIR/store_consumer.cc" \
   $(pkg-config --cflags --libs trainsnap) -Wl,-rpath,"$prefix/lib"
 "$TRAINSNAP_WORK_DIR/store_consumer" "$TRAINSNAP_WORK_DIR/store-pc"
+if [ -n "${TRAINSNAP_PYTHON:-}" ]; then
+  echo "== Python: import trainsnap from the moved prefix"
+  PYTHONPATH="$prefix/$TRAINSNAP_PYTHON_DIR" "$TRAINSNAP_PYTHON" -c '
+import sys, trainsnap
+assert trainsnap.__file__.startswith(sys.argv[1]), trainsnap.__file__
+store = trainsnap.Store(sys.argv[2], sync=False)
+ckpt = trainsnap.Checkpointer(store)
+ckpt.capture(1, rng=False)
+assert store.latest() == 1
+' "$prefix" "$TRAINSNAP_WORK_DIR/store-py" || fail "import trainsnap from the moved prefix failed"
+fi
 echo "install test: OK (from a prefix moved after installation)"
