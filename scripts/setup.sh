@@ -10,6 +10,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-numpy python3-torch gnuplot-nox zstd
   clang-14 libclang-rt-14-dev
+  libgloo-dev
 )
 
 missing=()
