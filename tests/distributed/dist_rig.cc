@@ -51,10 +51,16 @@ void Job::Step(int64_t step) {
   torch::Tensor loss = torch::mse_loss(net->forward(x), y);
   loss.backward();
   const std::vector<torch::Tensor> params = net->parameters();
+  // One allreduce of every gradient, flattened (as DDP's buckets do).
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : params) grads.push_back(p.grad().reshape(-1));
+  std::vector<torch::Tensor> flat{torch::cat(grads)};
+  group_->allreduce(flat)->wait();
+  flat[0].div_(group_->getSize());
+  int64_t offset = 0;
   for (const torch::Tensor& p : params) {
-    std::vector<torch::Tensor> grad{p.grad()};
-    group_->allreduce(grad)->wait();
-    p.mutable_grad().div_(group_->getSize());
+    p.mutable_grad().copy_(flat[0].narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
   }
   optimizer->step();
   if (sharded_) {

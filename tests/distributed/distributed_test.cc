@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "trainsnap/store.h"
 
 namespace {
 
@@ -90,9 +93,12 @@ class Launch {
     Wait(std::chrono::seconds(30));
   }
 
-  // Waits for every rank up to `limit`, then SIGKILLs the rest.
-  std::vector<RankResult> Wait(std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+  // Waits for every rank up to `limit`, then SIGKILLs the rest. Once a rank
+  // was killed by a signal, the others get `grace` before they are killed
+  // too, as a launcher (torchrun) ends a job whose rank died.
+  std::vector<RankResult> Wait(std::chrono::milliseconds limit,
+                               std::chrono::milliseconds grace = std::chrono::hours(1)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
     reaped_.resize(pids_.size(), false);
     codes_.resize(pids_.size(), -1);
     for (;;) {
@@ -103,6 +109,7 @@ class Launch {
         if (waitpid(pids_[r], &status, WNOHANG) == pids_[r]) {
           reaped_[r] = true;
           codes_[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+          if (codes_[r] < 0) deadline = std::min(deadline, std::chrono::steady_clock::now() + grace);
         } else {
           all = false;
         }
@@ -149,10 +156,24 @@ std::vector<RankResult> RunAll(const std::string& dir, const std::string& tag, i
   return launch.Wait(std::chrono::seconds(60));
 }
 
+// The global steps of a run directory, read as the CLI would (read-only).
+std::vector<int64_t> GlobalSteps(const std::string& run_dir) {
+  auto store = trainsnap::Store::OpenReadOnly(run_dir + "/global");
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return {};
+  auto list = (*store)->List();
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+  std::vector<int64_t> steps;
+  if (list.ok()) {
+    for (const trainsnap::SnapshotInfo& info : *list) steps.push_back(info.step);
+  }
+  return steps;
+}
+
 void ExpectAllExited(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " error: " << results[r].values.count("error")
-                                       << " " << (results[r].values.count("error") ? results[r].values.at("error") : "");
+    auto error = results[r].values.find("error");
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ": " << (error == results[r].values.end() ? "" : error->second);
   }
 }
 
@@ -173,27 +194,116 @@ std::vector<std::string> Reference(const std::string& dir, int world, int steps,
   return states;
 }
 
-TEST(DistributedCheckpointerTest, DataParallelResumeIsBitwiseEqualAndStepsAreGlobal) {
-  TempDir dir;
-  const int world = 3, steps = 6;
-  const std::vector<std::string> reference = Reference(dir.path(), world, steps, false);
-  ASSERT_EQ(reference.size(), 3u);
-  // Replicated model and optimizer: every rank ends with the same parameters
-  // and optimizer state; only the dropout RNG differs.
-  EXPECT_NE(reference[0], reference[1]);
+struct KillCase {
+  int world;
+  bool sharded;
+};
 
+class DistributedKillTest : public ::testing::TestWithParam<KillCase> {};
+
+// Ranks are SIGKILLed at the kill points of the global commit, at a rank's
+// local commit, and at random moments; every restart resumes all ranks from
+// the same latest global step, and the finished run is bitwise equal to an
+// uninterrupted one. TRAINSNAP_DIST_SOAK=N adds N random kills.
+TEST_P(DistributedKillTest, KilledRankResumesBitwiseEqualToAnUninterruptedRun) {
+  const KillCase param = GetParam();
+  const int world = param.world, steps = 12;
+  const std::string sharded = param.sharded ? "1" : "0";
+  TempDir dir;
+  const std::vector<std::string> reference = Reference(dir.path(), world, steps, param.sharded);
+  ASSERT_EQ(reference.size(), static_cast<size_t>(world));
   const std::string run = dir.path() + "/run";
-  // First half, then a restart that resumes from the latest global step.
-  ExpectAllExited(RunAll(dir.path(), "half", world, {{"scenario", "train"}, {"run_dir", run}, {"steps", "3"}}));
-  std::vector<RankResult> resumed = RunAll(dir.path(), "resume", world,
-      {{"scenario", "train"}, {"run_dir", run}, {"steps", std::to_string(steps)}, {"resume", "1"}});
-  ExpectAllExited(resumed);
+  std::map<std::string, std::string> args{{"scenario", "train"}, {"run_dir", run},         {"steps", std::to_string(steps)},
+                                          {"resume", "1"},       {"sharded", sharded},    {"timeout_ms", "10000"}};
+  int64_t latest = 0;
+  int launches = 0;
+  // Starts every rank, lets `kill` act, and returns the step the ranks resumed from.
+  auto launch = [&](const std::map<int, std::string>& env, int random_kill_rank, int random_kill_ms) {
+    SCOPED_TRACE("launch " + std::to_string(launches));
+    Launch ranks(dir.path(), "kill" + std::to_string(launches++), world, args, env);
+    if (random_kill_rank >= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(random_kill_ms));
+      ranks.Kill(random_kill_rank);
+    }
+    std::vector<RankResult> results = ranks.Wait(std::chrono::seconds(60), std::chrono::seconds(2));
+    int64_t resumed = -1;
+    for (int r = 0; r < world; ++r) {
+      // A rank killed before it restored wrote nothing; the others agree.
+      if (!results[r].values.count("resumed")) continue;
+      EXPECT_EQ(results[r].values.at("seen"), latest == 0 ? "-" : std::to_string(latest)) << "rank " << r;
+      if (resumed < 0) resumed = std::stoll(results[r].values.at("resumed"));
+      EXPECT_EQ(std::stoll(results[r].values.at("resumed")), resumed) << "rank " << r;
+    }
+    if (resumed >= 0) {
+      EXPECT_EQ(resumed, latest);
+    }
+    return results;
+  };
+
+  // 1. Rank 0 dies after every rank committed step 3 locally, before the
+  // global record: step 3 is not global.
+  launch({{0, "TRAINSNAP_KILL_POINT=dist.before_global_commit:3"}}, -1, 0);
+  latest = 2;
+  // 2. Rank 0 dies right after the global record of step 2 + 2 = 4, before
+  // any rank learnt of it: step 4 is global.
+  launch({{0, "TRAINSNAP_KILL_POINT=dist.after_global_commit:2"}}, -1, 0);
+  latest = 4;
+  // 3. The last rank dies right after its local commit of step 4 + 3 = 7:
+  // step 7 cannot be global; step 6 is if that rank took part in its
+  // agreement before it died.
+  {
+    std::vector<RankResult> results =
+        launch({{world - 1, "TRAINSNAP_KILL_POINT=store.after_commit:3"}}, -1, 0);
+    EXPECT_EQ(results[world - 1].exit_code, -SIGKILL);
+  }
+  // The global store says which.
+  const std::vector<int64_t> after_local_kill = GlobalSteps(run);
+  ASSERT_FALSE(after_local_kill.empty());
+  latest = after_local_kill.back();
+  EXPECT_TRUE(latest == 5 || latest == 6) << latest;
+  // 4. Random ranks at random moments (the run takes about a second after
+  // start-up; a kill after it ended only ends a finished run).
+  const char* soak = std::getenv("TRAINSNAP_DIST_SOAK");
+  const int random_kills = 1 + (soak != nullptr ? std::atoi(soak) : 0);
+  std::mt19937 random(std::random_device{}());
+  for (int k = 0; k < random_kills && latest < steps; ++k) {
+    const int victim = static_cast<int>(random() % static_cast<unsigned>(world));
+    const int delay_ms = 300 + static_cast<int>(random() % 2500);
+    std::vector<RankResult> results = launch({}, victim, delay_ms);
+    (void)results;
+    const std::vector<int64_t> global = GlobalSteps(run);
+    latest = global.empty() ? 0 : global.back();
+    if (HasFailure()) return;
+  }
+  // 5. The last restart finishes the run.
+  std::vector<RankResult> final_results = launch({}, -1, 0);
   for (int r = 0; r < world; ++r) {
-    EXPECT_EQ(resumed[r].values.at("resumed"), "3") << "rank " << r;
-    EXPECT_EQ(resumed[r].values.at("steps"), "1,2,3,4,5,6") << "rank " << r;
-    EXPECT_TRUE(resumed[r].state == reference[r]) << "rank " << r << " differs from the uninterrupted run";
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(final_results[r].exit_code, 0);
+    EXPECT_EQ(final_results[r].values.at("steps"), "1,2,3,4,5,6,7,8,9,10,11,12");
+    EXPECT_TRUE(final_results[r].state == reference[r]) << "differs from the uninterrupted run";
+  }
+  if (!param.sharded) return;
+  // A sharded run does not restore as a replicated one.
+  std::vector<RankResult> replicated = RunAll(dir.path(), "replicated", world,
+      {{"scenario", "world"}, {"run_dir", run}, {"phase", "restore"}, {"sharded", "0"}});
+  ExpectAllExited(replicated);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(replicated[r].values.at("restore_code"), "ContractMismatch");
+    EXPECT_EQ(replicated[r].values.at("restore_message"),
+              "rank 0: restore step 12: optimizer layout: step 12 was captured with a sharded optimizer, "
+              "DistributedOptions::optimizer_replicated is true");
+    EXPECT_EQ(replicated[r].values.at("unchanged"), "1");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DistributedKillTest,
+                         ::testing::Values(KillCase{4, false}, KillCase{2, true}),
+                         [](const ::testing::TestParamInfo<KillCase>& info) {
+                           return std::string(info.param.sharded ? "Sharded" : "Replicated") +
+                                  std::to_string(info.param.world);
+                         });
 
 TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdenticallyAndChangesNothing) {
   TempDir dir;
@@ -253,7 +363,7 @@ TEST(DistributedCheckpointerTest, DeadRankIsAnErrorWithinTheTimeoutAndNothingPar
   }
   // Restarted, every rank sees steps 1-2 only, and step 3 can be captured
   // again (the survivors' local snapshots of it were deleted at Open).
-  std::vector<RankResult> after = RunAll(dir.path(), "after", world, {{"scenario", "steps"}, {"run_dir", run}});
+  std::vector<RankResult> after = RunAll(dir.path(), "after", world, {{"scenario", "steps"}, {"run_dir", run}, {"capture_next", "1"}});
   ExpectAllExited(after);
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(after[r].values.at("steps"), "1,2") << "rank " << r;
