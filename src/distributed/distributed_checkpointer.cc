@@ -401,6 +401,7 @@ Status DistributedState::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
   Status first = std::move(flush_error_);
   flush_error_ = Status::OK();
+  if (first.ok()) return broken_;
   return first;
 }
 

@@ -156,9 +156,9 @@ std::vector<RankResult> RunAll(const std::string& dir, const std::string& tag, i
   return launch.Wait(std::chrono::seconds(60));
 }
 
-// The global steps of a run directory, read as the CLI would (read-only).
-std::vector<int64_t> GlobalSteps(const std::string& run_dir) {
-  auto store = trainsnap::Store::OpenReadOnly(run_dir + "/global");
+// The steps of the store at `path`, opened read-only.
+std::vector<int64_t> StoreSteps(const std::string& path) {
+  auto store = trainsnap::Store::OpenReadOnly(path);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   if (!store.ok()) return {};
   auto list = (*store)->List();
@@ -169,6 +169,8 @@ std::vector<int64_t> GlobalSteps(const std::string& run_dir) {
   }
   return steps;
 }
+
+std::vector<int64_t> GlobalSteps(const std::string& run_dir) { return StoreSteps(run_dir + "/global"); }
 
 void ExpectAllExited(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
@@ -192,6 +194,22 @@ std::vector<std::string> Reference(const std::string& dir, int world, int steps,
     states.push_back(r.state);
   }
   return states;
+}
+
+TEST(DistributedCheckpointerTest, RetentionKeepsTheSameGlobalStepsOnEveryRank) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const int world = 2;
+  std::vector<RankResult> results = RunAll(dir.path(), "keep", world,
+      {{"scenario", "train"}, {"run_dir", run}, {"steps", "5"}, {"keep_last", "2"}});
+  ExpectAllExited(results);
+  EXPECT_EQ(GlobalSteps(run), (std::vector<int64_t>{4, 5}));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(results[r].values.at("steps"), "4,5") << "rank " << r;
+    char name[16];
+    std::snprintf(name, sizeof(name), "rank-%05d", r);
+    EXPECT_EQ(StoreSteps(run + "/" + name), (std::vector<int64_t>{4, 5})) << "rank " << r;
+  }
 }
 
 struct KillCase {
