@@ -2,7 +2,9 @@
 # The trainsnap demo: installs what is missing, builds, then runs a LoRA
 # fine-tune that snapshots every micro-step, kills it with SIGKILL mid-run,
 # resumes it in a fresh process and proves the result bitwise identical to an
-# uninterrupted run; ends with a summary of the store.
+# uninterrupted run; ends with a summary of the store. Then the same with a
+# 4-rank data-parallel job (examples/train_data_parallel.cc): one rank killed,
+# every rank resumed from the same global step, each bitwise identical.
 #
 #   ./scripts/demo.sh [STEPS]     STEPS optimizer steps of 4 micro-steps (default 40)
 #
@@ -36,3 +38,11 @@ fi
 echo "== demo in ${WORK_DIR}"
 # finetune_lora exits non-zero unless the resumed run is bitwise identical.
 "$BIN" demo "$WORK_DIR" --steps "$STEPS"
+
+DP_BIN="${BUILD_DIR}/examples/train_data_parallel"
+if [[ -x "$DP_BIN" ]]; then
+  echo "== data parallel: 4 ranks, one SIGKILLed mid-run, every rank resumed"
+  # Exits non-zero unless every rank's final state is bitwise identical to
+  # an uninterrupted 4-rank run.
+  "$DP_BIN" demo "$WORK_DIR/data_parallel" --ranks 4 --steps 24
+fi
