@@ -134,7 +134,10 @@ class DistributedState {
  private:
   void CommitterLoop();
   Status CommitGlobally(const Pending& pending);
-  Status CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports);
+  // Rank 0: commits the global record of `step`, then deletes the global
+  // records retention drops, in order, up to the first failure; returns how
+  // many it deleted (the other ranks delete their snapshots of those only).
+  Result<int64_t> CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports);
   void WaitIdle();
   // RankGroup::Agree; a failed collective also marks this checkpointer broken.
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
@@ -321,14 +324,18 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   }
   // Phase 3: rank 0 commits the global record (one transaction), then tells
   // every rank how that went.
-  Status committed;
-  std::vector<int64_t> drop;
+  RankReport outcome;  // rank 0's: the commit's status, and how many retention drops it made
   if (agreed.ok() && rank() == 0) {
     TRAINSNAP_KILL_POINT(kKillBeforeGlobalCommit);
-    committed = CommitGlobalRecord(step, *reports);
+    Result<int64_t> dropped = CommitGlobalRecord(step, *reports);
     TRAINSNAP_KILL_POINT(kKillAfterGlobalCommit);
+    if (dropped.ok()) {
+      outcome.values[0] = *dropped;
+    } else {
+      outcome.status = dropped.status();
+    }
   }
-  Result<std::vector<RankReport>> told = Agree({committed, {}}, what);
+  Result<std::vector<RankReport>> told = Agree(outcome, what);
   if (!told.ok()) {
     // Whether rank 0 committed is unknown here: keep the local snapshot; the
     // next Open keeps it if the step is global and deletes it otherwise.
@@ -341,13 +348,15 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
     if (local_committed) (void)local_->Delete(step);
     return agreed;
   }
-  // Retention over global steps: rank 0 deleted the global records already
-  // (CommitGlobalRecord); every rank now deletes its snapshots of them.
-  std::vector<int64_t> steps_after;
+  // Retention over global steps: rank 0 deleted the first `dropped` global
+  // records the policy drops (CommitGlobalRecord); every rank now deletes
+  // its snapshots of those, and only those.
+  std::vector<int64_t> drop;
   {
     std::unique_lock<std::mutex> lock(mu_);
     global_steps_.push_back(step);
     drop = StepsToDrop(global_steps_, options_.store.retention);
+    drop.resize(std::min(drop.size(), static_cast<size_t>(std::max<int64_t>(0, (*told)[0].values[0]))));
     for (int64_t gone : drop) global_steps_.erase(std::find(global_steps_.begin(), global_steps_.end(), gone));
   }
   bool deleted = false;
@@ -356,7 +365,7 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   return Status::OK();
 }
 
-Status DistributedState::CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports) {
+Result<int64_t> DistributedState::CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports) {
   GlobalRecord record;
   record.world_size = size();
   record.model_replicated = options_.model_replicated;
@@ -378,8 +387,14 @@ Status DistributedState::CommitGlobalRecord(int64_t step, const std::vector<Rank
     steps = global_steps_;
   }
   steps.push_back(step);
-  for (int64_t gone : StepsToDrop(steps, options_.store.retention)) (void)global_->Delete(gone);
-  return Status::OK();
+  int64_t dropped = 0;
+  for (int64_t gone : StepsToDrop(steps, options_.store.retention)) {
+    // A failed delete leaves this and later drops for the next commit's
+    // retention; the step itself is committed either way.
+    if (!global_->Delete(gone).ok()) break;
+    ++dropped;
+  }
+  return dropped;
 }
 
 Result<std::vector<RankReport>> DistributedState::Agree(const RankReport& mine, const std::string& what) {

@@ -187,18 +187,6 @@ int Run() {
     std::_Exit(0);  // the group's destructor would wait for the dead rank
   }
 
-  if (scenario == "steps") {
-    Job job(group, sharded);
-    auto checkpointer = OpenOrFail(group, options);
-    auto listed = checkpointer->Steps();
-    if (!listed.ok()) Fail("steps", listed.status());
-    Put("steps", Join(*listed));
-    if (IntFlag("capture_next", 0) != 0) {
-      const int64_t next = listed->empty() ? 1 : listed->back() + 1;
-      PutStatus("capture_next_", checkpointer->Capture(next, job.State()));
-    }
-    return 0;
-  }
   std::fprintf(stderr, "unknown scenario `%s`\n", scenario.c_str());
   return 2;
 }
