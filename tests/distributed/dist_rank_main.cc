@@ -17,7 +17,15 @@ using trainsnap::DistributedCheckpointer;
 using trainsnap::DistributedOptions;
 using trainsnap::Status;
 using trainsnap::StatusCode;
+using trainsnap::TrainingState;
 using trainsnap::dist_test::Job;
+
+// A Stateful with nothing to save.
+class Cursor final : public trainsnap::Stateful {
+ public:
+  std::string SaveState() const override { return "cursor"; }
+  Status LoadState(std::string_view) override { return Status::OK(); }
+};
 
 std::map<std::string, std::string> flags;
 std::ofstream out;
@@ -141,6 +149,21 @@ int Run() {
     Status restored = checkpointer->Restore(2, job.State());
     PutStatus("good_restore_", restored);
     Put("restored_equal", job.Dump() == at_two ? "1" : "0");
+    // Step 3 fails to stage on rank --bad only (a reserved extra key): every
+    // rank's handle and Flush report that rank's error, and step 3 does not
+    // become global.
+    TrainingState state = job.State();
+    Cursor cursor;
+    if (rank == bad) state.extra["~trainsnap.rank"] = &cursor;
+    auto handle = checkpointer->CaptureAsync(3, state);
+    PutStatus("capture_async_", handle.status());
+    if (handle.ok()) PutStatus("handle_", handle->Wait());
+    PutStatus("flush_", checkpointer->Flush());
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    // The step can then be captured on every rank.
+    PutStatus("retry_", checkpointer->Capture(3, job.State()));
     return 0;
   }
 

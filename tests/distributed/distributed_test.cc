@@ -340,6 +340,20 @@ TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdentica
     EXPECT_EQ(results[r].values.at("unchanged"), "1");
     EXPECT_EQ(results[r].values.at("good_restore_code"), "OK");
     EXPECT_EQ(results[r].values.at("restored_equal"), "1");
+    // A staging error on rank 1 fails step 3 on every rank with rank 1's error.
+    const std::string staging_error =
+        "rank 1: capture step 3: extra state `~trainsnap.rank` is reserved for the rank agreement";
+    if (r == 1) {
+      EXPECT_EQ(results[r].values.at("capture_async_code"), "InvalidArgument");
+      EXPECT_EQ(results[r].values.count("handle_code"), 0u);
+    } else {
+      EXPECT_EQ(results[r].values.at("capture_async_code"), "OK");
+      EXPECT_EQ(results[r].values.at("handle_code"), "InvalidArgument");
+      EXPECT_EQ(results[r].values.at("handle_message"), staging_error);
+    }
+    EXPECT_EQ(results[r].values.at("flush_code"), "InvalidArgument");
+    EXPECT_EQ(results[r].values.at("steps"), "1,2");
+    EXPECT_EQ(results[r].values.at("retry_code"), "OK");
   }
   const std::string& message = results[0].values.at("restore_message");
   EXPECT_EQ(message.rfind("rank 1: ", 0), 0u) << message;
