@@ -65,8 +65,15 @@ class DistributedCheckpointer {
   // all succeeded; otherwise every rank returns the same error and every
   // live object is unchanged. NotFound: `step` is not a global step;
   // ContractMismatch: another world size, or another optimizer layout
-  // (DistributedOptions::optimizer_replicated) than at capture.
+  // (DistributedOptions::optimizer_replicated) than at capture. Restoring an
+  // older step keeps the later ones: capturing them again is AlreadyExists
+  // (use RollbackTo).
   Status Restore(int64_t step, const TrainingState& target);  // collective
+  // Restore(step, target), and once every rank validated and decoded, the
+  // deletion of every later step: the global records first (one
+  // transaction on rank 0), then every rank's snapshots of them. After it
+  // the following steps may be captured again. Collective.
+  Status RollbackTo(int64_t step, const TrainingState& target);
   Result<int64_t> RestoreLatest(const TrainingState& target); // the latest GLOBALLY committed step; returns it
   Result<std::vector<int64_t>> Steps();                       // globally committed steps, ascending
 

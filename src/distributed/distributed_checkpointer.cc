@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -65,6 +67,10 @@ Status CheckExtraKeys(const TrainingState& state) {
 class RankAgreement final : public Stateful {
  public:
   RankAgreement(RankGroup& group, int64_t step) : group_(group), step_(step) {}
+  // Run on every rank once all agreed, before any tensor is written; its
+  // error (the same on every rank: it ends in a collective) aborts the
+  // restore everywhere. The rollback's global step.
+  void SetAfterAgreement(std::function<Status()> fn) { after_agreement_ = std::move(fn); }
 
   std::string SaveState() const override {
     return "rank " + std::to_string(group_.rank()) + " of " + std::to_string(group_.size());
@@ -86,6 +92,10 @@ class RankAgreement final : public Stateful {
     Result<std::vector<RankReport>> reports = group_.Agree(RankReport{mine, {}}, "restore " + StepText(step_));
     collective_failed_ = !reports.ok();
     agreed_ = reports.ok() ? FirstFailure(*reports) : reports.status();
+    if (agreed_.ok() && after_agreement_) {
+      agreed_ = after_agreement_();
+      collective_failed_ = agreed_.code() == StatusCode::kAborted && group_.broken();
+    }
     return agreed_;
   }
 
@@ -99,6 +109,7 @@ class RankAgreement final : public Stateful {
   bool reached_ = false;
   bool collective_failed_ = false;
   Status agreed_;
+  std::function<Status()> after_agreement_;
 };
 
 class DistributedState {
@@ -125,7 +136,8 @@ class DistributedState {
   Status Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user_group);
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);
   Status Flush();
-  Status Restore(int64_t step, const TrainingState& target);
+  // rollback: also delete every step after `step`, global records first.
+  Status Restore(int64_t step, const TrainingState& target, bool rollback = false);
   Result<int64_t> RestoreLatest(const TrainingState& target);
   Result<std::vector<int64_t>> Steps();
   int rank() const { return group_->rank(); }
@@ -139,6 +151,7 @@ class DistributedState {
   // many it deleted (the other ranks delete their snapshots of those only).
   Result<int64_t> CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports);
   void WaitIdle();
+  Status DropLocalAfterRollback();
   // RankGroup::Agree; a failed collective also marks this checkpointer broken.
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
   Result<GlobalRecord> ReadGlobalRecord(int64_t step);
@@ -161,6 +174,8 @@ class DistributedState {
   // Global steps, ascending. Written by the committer thread, or by the
   // training thread while the committer is idle (Open, Restore).
   std::vector<int64_t> global_steps_;
+  // A rollback whose deletion of this rank's later snapshots is still due.
+  std::optional<int64_t> pending_local_rollback_;
   std::thread committer_;
 };
 
@@ -239,6 +254,7 @@ Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const Trainin
   pending.step = step;
   pending.global = std::make_shared<CaptureState>(step);
   pending.staged = CheckExtraKeys(state).WithContext("capture " + StepText(step));
+  if (pending.staged.ok()) pending.staged = DropLocalAfterRollback().WithContext("capture " + StepText(step));
   if (pending.staged.ok()) {
     TrainingState tagged = state;
     tagged.extra[kRankKey] = capture_tag_.get();
@@ -430,7 +446,7 @@ Result<GlobalRecord> DistributedState::ReadGlobalRecord(int64_t step) {
   return ParseGlobalRecord(*bytes);
 }
 
-Status DistributedState::Restore(int64_t step, const TrainingState& target) {
+Status DistributedState::Restore(int64_t step, const TrainingState& target, bool rollback) {
   const std::string what = "restore " + StepText(step);
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -467,6 +483,21 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target) {
   // 2. Every rank validates and decodes; the agreement (the extra under
   // kRankKey) decides whether any rank applies.
   RankAgreement agreement(*group_, step);
+  if (rollback) {
+    agreement.SetAfterAgreement([&]() -> Status {
+      // Rank 0 deletes the later global records (one transaction), then
+      // every rank learns how that went; only then may a rank drop its own.
+      Status global;
+      if (rank() == 0) global = global_->Rollback(step).WithContext("global store");
+      Result<std::vector<RankReport>> told = group_->Agree({global, {}}, "roll back to " + StepText(step));
+      if (!told.ok()) return told.status();
+      TRAINSNAP_RETURN_IF_ERROR(FirstFailure(*told));
+      std::unique_lock<std::mutex> lock(mu_);
+      global_steps_.erase(std::upper_bound(global_steps_.begin(), global_steps_.end(), step), global_steps_.end());
+      pending_local_rollback_ = step;
+      return Status::OK();
+    });
+  }
   TrainingState tagged = target;
   tagged.extra[kRankKey] = &agreement;
   Status local = checkpointer_->Restore(step, tagged);
@@ -479,7 +510,23 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target) {
   // The same status on every rank: the lowest failing rank's, which already
   // names the step (or the failed collective).
   if (!agreement.agreed().ok()) return agreement.agreed();
+  // The later steps are no longer global; this rank's snapshots of them go
+  // now, or (should that fail) before its next capture, or at the next Open.
+  if (rollback) (void)DropLocalAfterRollback();
   return local;
+}
+
+Status DistributedState::DropLocalAfterRollback() {
+  std::optional<int64_t> step;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    step = pending_local_rollback_;
+  }
+  if (!step.has_value()) return Status::OK();
+  TRAINSNAP_RETURN_IF_ERROR(local_->Rollback(*step).WithContext("dropping this rank's snapshots after the rollback"));
+  std::unique_lock<std::mutex> lock(mu_);
+  pending_local_rollback_.reset();
+  return Status::OK();
 }
 
 Result<int64_t> DistributedState::RestoreLatest(const TrainingState& target) {
@@ -542,6 +589,10 @@ Status DistributedCheckpointer::Flush() { return state_->Flush(); }
 
 Status DistributedCheckpointer::Restore(int64_t step, const TrainingState& target) {
   return state_->Restore(step, target);
+}
+
+Status DistributedCheckpointer::RollbackTo(int64_t step, const TrainingState& target) {
+  return state_->Restore(step, target, /*rollback=*/true);
 }
 
 Result<int64_t> DistributedCheckpointer::RestoreLatest(const TrainingState& target) {

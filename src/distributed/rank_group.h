@@ -40,6 +40,7 @@ class RankGroup {
   ~RankGroup();
 
   int rank() const { return rank_; }
+  bool broken() const { return !broken_.ok(); }
   int size() const { return size_; }
   // Every rank's report, by rank. Aborted (naming `what`) when the collective
   // fails; the group is broken from then on and every later call fails with

@@ -212,6 +212,27 @@ TEST(DistributedCheckpointerTest, RetentionKeepsTheSameGlobalStepsOnEveryRank) {
   }
 }
 
+TEST(DistributedCheckpointerTest, RollbackToDiscardsLaterStepsOnEveryRankAndTrainsOnBitwise) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const int world = 2;
+  std::vector<RankResult> results =
+      RunAll(dir.path(), "rollback", world, {{"scenario", "rollback"}, {"run_dir", run}});
+  ExpectAllExited(results);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(results[r].values.at("rollback_code"), "OK");
+    EXPECT_EQ(results[r].values.at("at_two"), "1");
+    EXPECT_EQ(results[r].values.at("steps_after_rollback"), "1,2");
+    EXPECT_EQ(results[r].values.at("at_four"), "1");
+    EXPECT_EQ(results[r].values.at("steps"), "1,2,3,4");
+    char name[16];
+    std::snprintf(name, sizeof(name), "rank-%05d", r);
+    EXPECT_EQ(StoreSteps(run + "/" + name), (std::vector<int64_t>{1, 2, 3, 4}));
+  }
+  EXPECT_EQ(GlobalSteps(run), (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
 struct KillCase {
   int world;
   bool sharded;
