@@ -291,8 +291,8 @@ TEST_P(DistributedKillTest, KilledRankResumesBitwiseEqualToAnUninterruptedRun) {
   // spends its CI time on the layout check at the end instead of 3 and 4.
   if (!param.sharded) {
     // 3. The last rank dies right after its local commit of step 4 + 3 = 7:
-    // step 7 cannot be global; step 6 is if that rank took part in its
-    // agreement before it died.
+    // step 7 cannot be global. Steps 5 and 6 are if that rank's committer
+    // (which trails its local commits) agreed on them before it died.
     {
       std::vector<RankResult> results =
           launch({{world - 1, "TRAINSNAP_KILL_POINT=store.after_commit:3"}}, -1, 0);
@@ -302,7 +302,7 @@ TEST_P(DistributedKillTest, KilledRankResumesBitwiseEqualToAnUninterruptedRun) {
     const std::vector<int64_t> after_local_kill = GlobalSteps(run);
     ASSERT_FALSE(after_local_kill.empty());
     latest = after_local_kill.back();
-    EXPECT_TRUE(latest == 5 || latest == 6) << latest;
+    EXPECT_TRUE(latest >= 4 && latest <= 6) << latest;
   }
   // 4. Random ranks at random moments (the run takes about a second after
   // start-up; a kill after it ended only ends a finished run).
