@@ -24,8 +24,13 @@ struct DistributedOptions {
   // to GLOBAL steps after each global commit (global record first, then every
   // rank's snapshot), never by a rank's store on its own.
   StoreOptions store;
-  bool model_replicated = true;      // every rank holds the same model: written once in all, read by every rank
-  bool optimizer_replicated = true;  // false: each rank's optimizer holds its own shard (rank-local state)
+  // Every rank holds the same model. Recorded in the global record; every
+  // rank still stores its own copy (writing it once in all, spread over the
+  // ranks, is not done yet: docs/distributed.md).
+  bool model_replicated = true;
+  // false: each rank's optimizer holds its own shard (rank-local state). A
+  // step restores only with the layout it was captured with (ContractMismatch).
+  bool optimizer_replicated = true;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // any collective: a dead rank is an error, never a hang
 };
 
@@ -56,7 +61,9 @@ class DistributedCheckpointer {
   // Stages `state` on this rank (as Checkpointer::CaptureAsync) and returns;
   // the handle completes once the step committed GLOBALLY (or failed on
   // every rank with the same error: the lowest failing rank's, prefixed
-  // "rank R: "). A staging error is returned here as well.
+  // "rank R: "). A staging error is returned here as well. Keys of
+  // state.extra must sort before "~trainsnap.rank", the rank agreement's own
+  // (every plain ASCII name does): InvalidArgument otherwise.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);  // collective
   Status Capture(int64_t step, const TrainingState& state);                      // collective
   // Waits for every capture in flight; the first error since the last Flush.
