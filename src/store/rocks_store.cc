@@ -977,8 +977,14 @@ Status RocksStore::ReclaimSpace() {
 
 Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock) {
   Status s = ReclaimSpace();
-  if (s.code() == StatusCode::kNoSpace && ReleaseReserve()) {
-    // The failed flush or compaction stopped the database's writes: reopen.
+  if (s.code() == StatusCode::kNoSpace) {
+    // The failed flush or compaction stopped the database's writes: reopen
+    // and try once more, with the reserve's space when one is left. Without
+    // one the second try still gets what the reopen frees: closing waits for
+    // RocksDB's background jobs and opening purges the files they left
+    // obsolete (the first try failed now and then under load, when the
+    // files freed by the previous delete were not yet gone).
+    ReleaseReserve();
     view_lock->unlock();
     s = PrepareWrite();
     if (s.ok()) s = AcquireView(view_lock);
