@@ -4,6 +4,7 @@ object unchanged, and one real failure per exception class."""
 
 import random
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -373,3 +374,107 @@ def test_options_are_checked(tmp_path):
     assert str(e.value) == ("capture step 1: extra state `python:optimizer`: param group 0 holds a tensor (2,) "
                             "that is no parameter of the model")
     assert store.list() == []
+
+
+class Gate:
+    """An extra whose load_state_dict blocks until released: holds a restore in flight."""
+
+    def __init__(self):
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.n = 1
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.entered.set()
+        assert self.release.wait(30)
+        self.n = state["n"]
+
+
+def check_close_during_restore(tmp_path, ckpt, store, gate):
+    assert gate.entered.wait(30)
+    # Both wrappers close while the restore runs in the C++ core; the objects
+    # live until it returns.
+    ckpt.close()
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.flush()
+    assert str(e.value) == "the Checkpointer is closed"
+    store.close()
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        store.latest()
+    assert str(e.value) == f"store `{tmp_path / 'store'}` is closed"
+    # The C++ Store is still open under the restore: a second writer is refused.
+    with pytest.raises(trainsnap.Busy):
+        open_store(tmp_path)
+
+
+def test_checkpointer_and_store_close_from_another_thread_during_a_restore(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    train(run, 3)
+    ckpt.capture(3, **{**run.state(), "extra": {"data": run.cursor, "gate": Gate()}})
+    expected = run.snapshot()
+
+    other = Run(seed=5)
+    train(other, 2)
+    gate = Gate()
+    gate.n = 2
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "gate": gate}
+    result = {}
+    restoring = threading.Thread(target=lambda: result.update(step=ckpt.restore(3, **state)))
+    restoring.start()
+    try:
+        check_close_during_restore(tmp_path, ckpt, store, gate)
+    finally:
+        gate.release.set()
+        restoring.join(30)
+    assert not restoring.is_alive()
+    assert result == {"step": 3}
+    assert gate.n == 1
+    assert first_difference(other.snapshot(), expected) == ""
+    # The restore's end released the last reference: the store is closed.
+    again = open_store(tmp_path)
+    assert again.latest() == 3
+
+
+def test_store_close_while_another_thread_verifies_and_lists(tmp_path):
+    store = open_store(tmp_path, compress=False)
+    ckpt = trainsnap.Checkpointer(store, model_state="full")
+    for step in range(1, 9):
+        torch.manual_seed(step)
+        ckpt.capture(step, model=nn.Linear(512, 512), rng=False)
+    ckpt.close()
+    store.close()
+    # Rounds, so that close() lands inside verify() or list() (it freed the
+    # RocksDB instance under them: an abort within a few rounds).
+    for _ in range(30):
+        store = open_store(tmp_path)
+        seen, errors = [], []
+        calls = threading.Event()
+
+        def loop():
+            try:
+                while True:
+                    report = store.verify()
+                    seen.append((report["ok"], report["snapshots"], report["problems"]))
+                    calls.set()
+                    seen.append([i["step"] for i in store.list()])
+            except trainsnap.Error as e:
+                errors.append(e)
+            finally:
+                calls.set()
+
+        worker = threading.Thread(target=loop)
+        worker.start()
+        assert calls.wait(30)
+        store.close()
+        worker.join(60)
+        assert not worker.is_alive()
+        assert len(errors) == 1 and type(errors[0]) is trainsnap.InvalidArgument
+        assert str(errors[0]) == f"store `{tmp_path / 'store'}` is closed"
+        assert seen and all(s in [(True, 8, []), list(range(1, 9))] for s in seen)
+    assert open_store(tmp_path).latest() == 8
