@@ -143,8 +143,9 @@ class PyTensorStateful final : public TensorStateful {
 };
 
 // A C++ module tree over a Python nn.Module: same names, same tensors (the
-// same TensorImpl, so .grad and version counters are shared). A submodule
-// reached twice is mirrored once, so tied parameters stay tied.
+// same TensorImpl, so .grad and version counters are shared), the tensors of
+// state_dict() and no others. A submodule reached twice is mirrored once, so
+// tied parameters stay tied.
 std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*, std::shared_ptr<torch::nn::Module>>& seen) {
   auto found = seen.find(module.ptr());
   if (found != seen.end()) return found->second;
@@ -155,8 +156,11 @@ std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*,
     torch::Tensor tensor = item.second.cast<torch::Tensor>();
     mirror->register_parameter(item.first.cast<std::string>(), tensor, tensor.requires_grad());
   }
+  // Non-persistent buffers are no part of state_dict(), nor of a snapshot.
+  py::object non_persistent = py::getattr(module, "_non_persistent_buffers_set", py::none());
   for (auto item : module.attr("_buffers").cast<py::dict>()) {
     if (item.second.is_none()) continue;
+    if (!non_persistent.is_none() && non_persistent.contains(item.first)) continue;
     mirror->register_buffer(item.first.cast<std::string>(), item.second.cast<torch::Tensor>());
   }
   for (auto item : module.attr("_modules").cast<py::dict>()) {

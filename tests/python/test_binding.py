@@ -478,3 +478,30 @@ def test_store_close_while_another_thread_verifies_and_lists(tmp_path):
         assert str(errors[0]) == f"store `{tmp_path / 'store'}` is closed"
         assert seen and all(s in [(True, 8, []), list(range(1, 9))] for s in seen)
     assert open_store(tmp_path).latest() == 8
+
+
+class WithCache(nn.Module):
+    def __init__(self, cache_size):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("cache", torch.zeros(cache_size), persistent=False)
+        self.register_buffer("count", torch.tensor(7))
+
+
+def test_non_persistent_buffers_are_left_out_like_state_dict_does(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    torch.manual_seed(0)
+    model = WithCache(4)
+    assert sorted(model.state_dict()) == ["count", "lin.bias", "lin.weight"]
+    ckpt.capture(1, model=model, rng=False)
+    assert store.info(1)["tensors"] == 3
+
+    torch.manual_seed(1)
+    target = WithCache(9)  # the cache's shape differs: it is no part of the contract
+    target.cache.fill_(5)
+    target.count.fill_(0)
+    assert ckpt.restore(1, model=target, rng=False) == 1
+    assert torch.equal(target.lin.weight, model.lin.weight) and torch.equal(target.lin.bias, model.lin.bias)
+    assert target.count.item() == 7
+    assert torch.equal(target.cache, torch.full((9,), 5.0))
