@@ -53,6 +53,10 @@ void Check(const Status& status) {
   if (!status.ok()) Raise(status);
 }
 
+// Whether `e` is no Exception (KeyboardInterrupt, SystemExit, GeneratorExit):
+// the binding re-raises those as they are once the C++ call has returned.
+bool IsBaseOnly(const py::error_already_set& e) { return !e.matches(PyExc_Exception); }
+
 // A Python exception raised by an adapter becomes a Status: a trainsnap.Error
 // keeps its code, anything else is Aborted naming the exception type (GIL held).
 Status FromPython(py::error_already_set& e) {
@@ -98,13 +102,16 @@ class Lease {
 };
 
 // A Python adapter object with save() -> (type, bytes, {name: Tensor}) and
-// load(type, bytes, {name: Tensor}).
+// load(type, bytes, {name: Tensor}). A KeyboardInterrupt or another
+// non-Exception raised inside is Aborted for the C++ core (which undoes the
+// call) and kept in interrupt() for the binding to re-raise afterwards.
 class PyTensorStateful final : public TensorStateful {
  public:
   explicit PyTensorStateful(py::object adapter) : adapter_(std::move(adapter)) {}
   ~PyTensorStateful() override {
     py::gil_scoped_acquire gil;
     adapter_ = py::object();
+    interrupt_.reset();
   }
 
   Status SaveState(TensorState* out) const override {
@@ -120,7 +127,7 @@ class PyTensorStateful final : public TensorStateful {
       }
       return Status::OK();
     } catch (py::error_already_set& e) {
-      return FromPython(e);
+      return Fail(e);
     } catch (const py::cast_error& e) {
       return Status::InvalidArgument(std::string("adapter save(): ") + e.what());
     }
@@ -134,12 +141,21 @@ class PyTensorStateful final : public TensorStateful {
       adapter_.attr("load")(state.type, py::bytes(state.bytes), tensors);
       return Status::OK();
     } catch (py::error_already_set& e) {
-      return FromPython(e);
+      return Fail(e);
     }
   }
 
+  // The first non-Exception raised inside save() or load(), if any.
+  const std::optional<py::error_already_set>& interrupt() const { return interrupt_; }
+
  private:
+  Status Fail(py::error_already_set& e) const {
+    if (IsBaseOnly(e) && !interrupt_.has_value()) interrupt_ = e;
+    return FromPython(e);
+  }
+
   py::object adapter_;
+  mutable std::optional<py::error_already_set> interrupt_;
 };
 
 // A C++ module tree over a Python nn.Module: same names, same tensors (the
@@ -248,6 +264,14 @@ struct Target {
   TrainingState state;
 };
 
+// Re-raises the first KeyboardInterrupt, SystemExit, ... an adapter raised
+// during the call (GIL held); the call's Aborted status is dropped for it.
+void ReraiseInterrupt(const Target& target) {
+  for (const auto& adapter : target.adapters) {
+    if (adapter->interrupt().has_value()) throw *adapter->interrupt();
+  }
+}
+
 Target MakeTarget(py::object model, py::dict adapters, AccumulationWindow* window, bool rng) {
   Target target;
   if (!model.is_none()) {
@@ -308,6 +332,7 @@ class PyCheckpointer {
     Lease<Checkpointer> checkpointer = Use();
     Target target = MakeTarget(std::move(model), std::move(adapters), window, rng);
     Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer->CaptureAsync(step, target.state); });
+    ReraiseInterrupt(target);
     Check(handle.status());
     return *handle;
   }
@@ -323,6 +348,7 @@ class PyCheckpointer {
       }
       return checkpointer->RestoreLatest(target.state, options);
     });
+    ReraiseInterrupt(target);
     Check(restored.status());
     return *restored;
   }

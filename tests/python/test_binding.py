@@ -505,3 +505,55 @@ def test_non_persistent_buffers_are_left_out_like_state_dict_does(tmp_path):
     assert torch.equal(target.lin.weight, model.lin.weight) and torch.equal(target.lin.bias, model.lin.bias)
     assert target.count.item() == 7
     assert torch.equal(target.cache, torch.full((9,), 5.0))
+
+
+class Interrupting:
+    """An extra whose state_dict / load_state_dict raise a given BaseException."""
+
+    def __init__(self):
+        self.on_save = None
+        self.on_load = None
+        self.x = 1
+
+    def state_dict(self):
+        if self.on_save is not None:
+            raise self.on_save
+        return {"x": self.x}
+
+    def load_state_dict(self, state):
+        if self.on_load is not None:
+            raise self.on_load
+        self.x = state["x"]
+
+
+@pytest.mark.parametrize("make", [lambda: KeyboardInterrupt(), lambda: SystemExit(3)])
+def test_keyboard_interrupt_and_system_exit_in_an_adapter_propagate_as_they_are(tmp_path, make):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    train(run, 2)
+    ckpt.capture(2, **{**run.state(), "extra": {"data": run.cursor, "zz": Interrupting()}})
+
+    other = Run(seed=3)
+    train(other, 1)
+    before = everything(other)
+    zz = Interrupting()
+    zz.x = 5
+    zz.on_load = make()
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "zz": zz}
+    with pytest.raises(type(zz.on_load)) as e:
+        ckpt.restore(2, **state)
+    assert e.value is zz.on_load
+    assert first_difference(everything(other), before) == "" and zz.x == 5  # rolled back first
+
+    zz.on_load = None
+    zz.on_save = make()
+    with pytest.raises(type(zz.on_save)) as e:
+        ckpt.capture(3, **state)
+    assert e.value is zz.on_save
+    # The failed capture is still the first error since the last flush.
+    with pytest.raises(trainsnap.Aborted) as e:
+        ckpt.flush()
+    assert str(e.value) == f"capture step 3: extra state `zz`: {type(zz.on_save).__name__}: {zz.on_save}"
+    assert [i["step"] for i in store.list()] == [2]
