@@ -36,9 +36,11 @@ from ._trainsnap import (  # noqa: F401
     _Store,
 )
 
+# IOError is left out: `from trainsnap import *` would shadow the builtin
+# (OSError). Use trainsnap.IOError.
 __all__ = [
     "Store", "Checkpointer", "AccumulationWindow", "CaptureHandle", "Error", "NotFound", "Corruption",
-    "InvalidArgument", "ContractMismatch", "IOError", "NoSpace", "Busy", "Aborted", "NotSupported", "AlreadyExists",
+    "InvalidArgument", "ContractMismatch", "NoSpace", "Busy", "Aborted", "NotSupported", "AlreadyExists",
 ]
 
 # Keys of tensor_extra that the binding itself uses; user extras may not.

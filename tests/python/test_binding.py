@@ -2,6 +2,7 @@
 Python training state, errors that name the problem and leave every live
 object unchanged, and one real failure per exception class."""
 
+import builtins
 import random
 import subprocess
 import threading
@@ -557,3 +558,12 @@ def test_keyboard_interrupt_and_system_exit_in_an_adapter_propagate_as_they_are(
         ckpt.flush()
     assert str(e.value) == f"capture step 3: extra state `zz`: {type(zz.on_save).__name__}: {zz.on_save}"
     assert [i["step"] for i in store.list()] == [2]
+
+
+def test_star_import_does_not_shadow_the_builtin_io_error():
+    namespace = {}
+    exec("from trainsnap import *", namespace)
+    assert "IOError" not in namespace
+    assert namespace["Busy"] is trainsnap.Busy and namespace["Store"] is trainsnap.Store
+    assert trainsnap.IOError is not builtins.IOError
+    assert issubclass(trainsnap.IOError, trainsnap.Error) and trainsnap.IOError.code == "IOError"
