@@ -3,7 +3,9 @@
 # fine-tune that snapshots every micro-step, kills it with SIGKILL mid-run,
 # resumes it in a fresh process and proves the result bitwise identical to an
 # uninterrupted run; ends with a summary of the store. Then the same in Python
-# (examples/finetune_lora.py) when the binding is built.
+# (examples/finetune_lora.py) when the binding is built, and with a 4-rank
+# data-parallel job (examples/train_data_parallel.cc): one rank killed,
+# every rank resumed from the same global step, each bitwise identical.
 #
 #   ./scripts/demo.sh [STEPS]     STEPS optimizer steps of 4 micro-steps (default 40)
 #
@@ -45,4 +47,12 @@ if [[ -f "${BUILD_DIR}/python/interpreter" ]]; then
   PYTHONPATH="${BUILD_DIR}/python" "$PYTHON" examples/finetune_lora.py demo "$WORK_DIR/python" --steps 20
 else
   echo "== no Python demo: the binding was not built (the configure output says why)"
+fi
+
+DP_BIN="${BUILD_DIR}/examples/train_data_parallel"
+if [[ -x "$DP_BIN" ]]; then
+  echo "== data parallel: 4 ranks, one SIGKILLed mid-run, every rank resumed"
+  # Exits non-zero unless every rank's final state is bitwise identical to
+  # an uninterrupted 4-rank run.
+  "$DP_BIN" demo "$WORK_DIR/data_parallel" --ranks 4 --steps 24
 fi

@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch gnuplot-nox zstd
   pybind11-dev python3-pytest python3-zstandard
   clang-14 libclang-rt-14-dev
+  libgloo-dev
 )
 
 missing=()

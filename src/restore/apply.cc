@@ -34,26 +34,47 @@ Status LoadExtra(RestorePlan::Extra& item, const std::string& bytes, const Tenso
   return NoThrow("LoadState", [&] { return item.target->LoadState(bytes); });
 }
 
-Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
-  std::vector<PreviousExtra> previous(extra.size());
+// Each extra's state before the restore. SaveState may hand back tensors
+// that alias live state (a Python state_dict() does, and a LoadState that
+// copies in place would then overwrite the "previous" values too): they are
+// cloned, so that a rollback really restores them.
+Status SavePrevious(std::vector<RestorePlan::Extra>& extra, std::vector<PreviousExtra>* previous) {
+  previous->resize(extra.size());
   for (size_t i = 0; i < extra.size(); ++i) {
-    if (extra[i].tensor_target == nullptr) {
-      previous[i].bytes = extra[i].target->SaveState();
-      continue;
-    }
-    Status saved = NoThrow("SaveState", [&] { return extra[i].tensor_target->SaveState(&previous[i].tensor_state); });
+    PreviousExtra& before = (*previous)[i];
+    Status saved = NoThrow("SaveState", [&] {
+      if (extra[i].tensor_target == nullptr) {
+        before.bytes = extra[i].target->SaveState();
+        return Status::OK();
+      }
+      TRAINSNAP_RETURN_IF_ERROR(extra[i].tensor_target->SaveState(&before.tensor_state));
+      torch::NoGradGuard no_grad;
+      for (auto& [name, tensor] : before.tensor_state.tensors) {
+        if (tensor.defined()) tensor = tensor.detach().clone();
+      }
+      return Status::OK();
+    });
     if (!saved.ok()) return saved.WithContext("extra state `" + extra[i].name + "`: saving its state before the restore");
   }
+  return Status::OK();
+}
+
+Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
+  std::vector<PreviousExtra> previous;
+  TRAINSNAP_RETURN_IF_ERROR(SavePrevious(extra, &previous));
   for (size_t i = 0; i < extra.size(); ++i) {
     Status status = LoadExtra(extra[i], extra[i].bytes, &extra[i].tensor_state);
     if (status.ok()) continue;
+    // Every extra loaded before gets its previous state back, even when one
+    // of them fails to: each failure is named.
+    std::string undo_failures;
     for (size_t j = 0; j < i; ++j) {
       Status undo = LoadExtra(extra[j], previous[j].bytes, &previous[j].tensor_state);
-      if (!undo.ok()) {
-        return Status::Aborted("extra state `" + extra[i].name + "` refused its bytes (" + status.ToString() +
-                               "), and restoring `" + extra[j].name + "` to its previous state failed: " +
-                               undo.ToString());
-      }
+      if (!undo.ok()) undo_failures += "; restoring `" + extra[j].name + "` to its previous state failed: " + undo.ToString();
+    }
+    if (!undo_failures.empty()) {
+      return Status::Aborted("extra state `" + extra[i].name + "` refused its bytes (" + status.ToString() + ")" +
+                             undo_failures);
     }
     return status.WithContext("extra state `" + extra[i].name + "`");
   }

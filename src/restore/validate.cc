@@ -211,6 +211,11 @@ Status CheckComposition(const proto::TrainingManifest& manifest, const TrainingS
   }
   // Both kinds of extra state share one key space; a key must be of the same
   // kind on both sides (a Stateful cannot load a TensorStateful's bytes).
+  for (const auto& [name, stateful] : target.extra) {
+    if (target.tensor_extra.count(name) != 0) {
+      return Status::InvalidArgument("extra state `" + name + "`: is a key of both extra and tensor_extra");
+    }
+  }
   std::set<std::string> stored_extra;
   for (const auto& extra : manifest.extra()) {
     stored_extra.insert(extra.name());

@@ -190,6 +190,11 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
     if (g.records == 0 || g.first_role.empty() || g.chunk.raw_bytes == 0) {
       return Status::Corruption("record group " + g.chunk.hash.Hex() + ": empty");
     }
+    if (g.records > kMaxGroupRecords || g.chunk.raw_bytes > kMaxRecordGroupBytes) {
+      return Status::Corruption("record group " + g.chunk.hash.Hex() + ": " + std::to_string(g.records) +
+                                " records in " + std::to_string(g.chunk.raw_bytes) + " bytes, above the bounds (" +
+                                std::to_string(kMaxGroupRecords) + ", " + std::to_string(kMaxRecordGroupBytes) + ")");
+    }
     if (!out.groups.empty() &&
         !KeyLess(out.groups.back().first_param_id, out.groups.back().first_role, g.first_param_id, g.first_role)) {
       return Status::Corruption("record groups out of key order");

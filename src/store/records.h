@@ -16,6 +16,12 @@ namespace trainsnap::internal {
 // (chunks of the chunks CF) that the snapshot record lists.
 inline constexpr uint32_t kStoreFormatVersion = 1;
 inline constexpr uint32_t kGroupedSnapshotFormatVersion = 2;
+// Bounds a record group's reference must keep (else Corruption), checked
+// before anything is allocated for it: a writer puts at most
+// kMaxGroupRecords records in a group, and kMaxRecordGroupBytes is far above
+// what 256 records need (about 40 bytes per chunk reference).
+inline constexpr uint64_t kMaxGroupRecords = 256;
+inline constexpr uint64_t kMaxRecordGroupBytes = uint64_t{256} << 20;
 inline constexpr char kHashName[] = "xxh3-128";
 
 // Serializes record (param_id and role live in the key, not the value).

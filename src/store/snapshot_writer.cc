@@ -37,7 +37,6 @@ bool UseFloat16Split(DType dtype) { return dtype == DType::kBFloat16 || dtype ==
 // hashes to 0 under this mask (64 records on average, about 3.5 KB for one
 // chunk each), or at kMaxGroupRecords.
 constexpr uint64_t kGroupEndMask = 63;
-constexpr size_t kMaxGroupRecords = 256;
 // Snapshots of fewer tensors keep one record per tensor in the tensors CF
 // (format version 1): a single group would be rewritten whenever any of
 // them changes, and the store stays readable by builds before groups.

@@ -25,13 +25,21 @@ class Holder final : public TensorStateful {
     *out = state;
     return Status::OK();
   }
+  // SaveState hands out the live tensors (as a Python state_dict() does).
   Status LoadState(TensorState in) override {
     ++loads;
     if (refuse) return Status::ContractMismatch("holder refuses");
-    state = std::move(in);
+    if (!in_place) {
+      state = std::move(in);
+      return Status::OK();
+    }
+    // Like load_state_dict of a module: copies into the live tensors.
+    state.bytes = in.bytes;
+    for (auto& [name, tensor] : state.tensors) tensor.copy_(in.tensors.at(name));
     return Status::OK();
   }
   TensorState state;
+  bool in_place = false;
   bool refuse = false;
   bool fail_save = false;
   int loads = 0;
@@ -109,6 +117,33 @@ TEST(TensorExtraTest, RefusalRollsBackTheExtrasLoadedBefore) {
   EXPECT_TRUE(BitwiseEqual(first.state.tensors.at("a.weight/exp_avg"), before.tensors.at("a.weight/exp_avg")));
 }
 
+TEST(TensorExtraTest, RollbackRestoresAnExtraThatLoadsInPlaceIntoTensorsItSavedByReference) {
+  TempStore ts;
+  Checkpointer checkpointer(*ts.store);
+  Holder first, second;
+  first.state = Sample(1.0f);
+  second.state = Sample(2.0f);
+  TrainingState state;
+  state.rng = false;
+  state.tensor_extra["a_first"] = &first;
+  state.tensor_extra["b_second"] = &second;
+  ASSERT_TRUE(checkpointer.Capture(1, state).ok());
+
+  first.state = Sample(10.0f);
+  first.in_place = true;
+  torch::Tensor live = first.state.tensors.at("a.weight/exp_avg");
+  second.refuse = true;
+  Status status = checkpointer.Restore(1, state);
+  EXPECT_EQ(status.code(), StatusCode::kContractMismatch);
+  EXPECT_EQ(first.loads, 2);
+  // The same tensor object, written twice in place: the snapshot's values,
+  // then its own from before the restore (a copy, not the aliased tensor).
+  EXPECT_TRUE(first.state.tensors.at("a.weight/exp_avg").is_same(live));
+  EXPECT_TRUE(BitwiseEqual(live, Sample(10.0f).tensors.at("a.weight/exp_avg")));
+  EXPECT_TRUE(BitwiseEqual(first.state.tensors.at("step"), Sample(10.0f).tensors.at("step")));
+  EXPECT_EQ(first.state.bytes, Sample(10.0f).bytes);
+}
+
 TEST(TensorExtraTest, SaveErrorsAndKindMismatchesAreNamed) {
   TempStore ts;
   Checkpointer checkpointer(*ts.store);
@@ -141,6 +176,11 @@ TEST(TensorExtraTest, SaveErrorsAndKindMismatchesAreNamed) {
   EXPECT_EQ(kind.code(), StatusCode::kContractMismatch);
   EXPECT_EQ(kind.message(),
             "restore step 3: extra state `opt`: saved with tensors (tensor_extra), given as extra");
+  TrainingState twice = plain;
+  twice.tensor_extra["opt"] = &holder;
+  Status both_at_restore = checkpointer.Restore(3, twice);
+  EXPECT_EQ(both_at_restore.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(both_at_restore.message(), "restore step 3: extra state `opt`: is a key of both extra and tensor_extra");
   TrainingState none;
   none.rng = false;
   Status absent = checkpointer.Restore(3, none);

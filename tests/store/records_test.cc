@@ -166,6 +166,23 @@ TEST(RecordsTest, RecordGroupsRoundTripAndChecks) {
   ASSERT_TRUE(p.ParseFromString(value));
   p.set_format_version(1);  // version 1 with groups
   EXPECT_EQ(ParseSnapshotRecord(p.SerializeAsString(), 3).status().code(), StatusCode::kCorruption);
+
+  // Sizes a damaged record could claim are refused before a reader
+  // allocates for them (a std::length_error or bad_alloc would escape).
+  info.tensors = kMaxGroupRecords + 1;
+  std::vector<RecordGroupRef> too_many = {ref};
+  too_many[0].records = kMaxGroupRecords + 1;
+  auto many = ParseSnapshotRecord(SerializeSnapshotRecord(info, "m", &too_many), 3);
+  EXPECT_EQ(many.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(many.status().message(), "record group " + ref.chunk.hash.Hex() + ": 257 records in " +
+                                         std::to_string(raw.size()) + " bytes, above the bounds (256, 268435456)");
+  info.tensors = 2;
+  std::vector<RecordGroupRef> too_large = {ref};
+  too_large[0].chunk.raw_bytes = uint64_t{1} << 62;
+  EXPECT_EQ(ParseSnapshotRecord(SerializeSnapshotRecord(info, "m", &too_large), 3).status().code(),
+            StatusCode::kCorruption);
+  too_large[0].chunk.raw_bytes = kMaxRecordGroupBytes;  // at the bound: accepted
+  EXPECT_TRUE(ParseSnapshotRecord(SerializeSnapshotRecord(info, "m", &too_large), 3).ok());
 }
 
 }  // namespace

@@ -1,0 +1,280 @@
+// distributed_bench: DistributedCheckpointer with 1, 2 and 4 ranks on the
+// same model (every rank a process on 127.0.0.1, Gloo), against LibTorch's
+// torch::save/torch::load on every rank. Per rank: the training thread's
+// stall per CaptureAsync against a plain memcpy (clone) of the same tensors;
+// aggregate persist MB/s (snapshots back to back, every byte changed);
+// stored bytes per rank (from the global record); restore time of
+// RestoreLatest against torch::load. Results: bench/README.md, "Several ranks".
+//
+//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--dir DIR] [--json FILE]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/torch.h>
+
+#include "distributed/run_dir.h"
+#include "trainsnap/distributed.h"
+#include "trainsnap/store.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr int64_t kWidth = 1024;  // one Linear = 4 MiB of fp32 weights
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Job {
+  explicit Job(int64_t mb) {
+    torch::manual_seed(1);
+    for (int64_t i = 0; i < std::max<int64_t>(1, mb / 4); ++i) {
+      model->push_back(torch::nn::Linear(kWidth, kWidth));
+    }
+    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::randn_like(p);
+    optimizer->step();  // optimizer state exists from here: 3x the parameters
+  }
+  // Every byte of the state changes, as after an optimizer step.
+  void Perturb() {
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& t : Tensors()) t.add_(1e-3);
+  }
+  std::vector<torch::Tensor> Tensors() {
+    std::vector<torch::Tensor> all = model->parameters();
+    for (const auto& [key, state] : optimizer->state()) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+      all.push_back(s.exp_avg());
+      all.push_back(s.exp_avg_sq());
+    }
+    return all;
+  }
+  uint64_t Bytes() {
+    uint64_t bytes = 0;
+    for (const torch::Tensor& t : Tensors()) bytes += t.nbytes();
+    return bytes;
+  }
+  trainsnap::TrainingState State() {
+    trainsnap::TrainingState state;
+    state.model = model.ptr().get();
+    state.optimizer = optimizer.get();
+    return state;
+  }
+  torch::nn::Sequential model;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+int RunRank(int rank, int world, const std::string& dir, const std::string& rendezvous, int64_t mb, int snapshots,
+            const std::string& result_path) {
+  torch::set_num_threads(1);
+  const std::chrono::minutes timeout(5);
+  auto store = c10::make_intrusive<c10d::FileStore>(rendezvous, world);
+  auto gloo = c10d::ProcessGroupGloo::Options::create(timeout);
+  gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  c10::intrusive_ptr<c10d::ProcessGroup> group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo);
+
+  Job job(mb);
+  trainsnap::DistributedOptions options;
+  options.timeout = timeout;
+  options.store.sync = true;
+  options.store.reserve_bytes = 0;
+  auto opened = trainsnap::DistributedCheckpointer::Open(dir + "/run", group, options);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, opened.status().ToString().c_str());
+    return 1;
+  }
+  trainsnap::DistributedCheckpointer& checkpointer = **opened;
+  json result;
+  result["rank"] = rank;
+  result["logical_bytes"] = job.Bytes();
+
+  // Stall vs memcpy: CaptureAsync returns once staged (host copies taken).
+  std::vector<double> stall, memcpy_s;
+  const auto persist_start = Clock::now();
+  for (int s = 1; s <= snapshots; ++s) {
+    job.Perturb();
+    auto copy_start = Clock::now();
+    std::vector<torch::Tensor> copies;
+    for (const torch::Tensor& t : job.Tensors()) copies.push_back(t.clone());
+    memcpy_s.push_back(Seconds(copy_start));
+    copies.clear();
+    auto capture_start = Clock::now();
+    auto handle = checkpointer.CaptureAsync(s, job.State());
+    stall.push_back(Seconds(capture_start));
+    if (!handle.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, handle.status().ToString().c_str());
+      return 1;
+    }
+  }
+  trainsnap::Status flushed = checkpointer.Flush();
+  const double persist_s = Seconds(persist_start);
+  if (!flushed.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, flushed.ToString().c_str());
+    return 1;
+  }
+  result["stall_ms"] = Median(stall) * 1e3;
+  result["memcpy_ms"] = Median(memcpy_s) * 1e3;
+  result["persist_s"] = persist_s;
+
+  // Restore into fresh objects, against torch::load of torch::save files.
+  const std::string model_pt = dir + "/torch-model-" + std::to_string(rank) + ".pt";
+  const std::string optim_pt = dir + "/torch-optim-" + std::to_string(rank) + ".pt";
+  auto save_start = Clock::now();
+  torch::save(job.model, model_pt);
+  torch::save(*job.optimizer, optim_pt);
+  result["torch_save_s"] = Seconds(save_start);
+  {
+    Job fresh(mb);
+    auto start = Clock::now();
+    torch::load(fresh.model, model_pt);
+    torch::load(*fresh.optimizer, optim_pt);
+    result["torch_load_s"] = Seconds(start);
+  }
+  {
+    Job fresh(mb);
+    auto start = Clock::now();
+    auto restored = checkpointer.RestoreLatest(fresh.State());
+    result["restore_s"] = Seconds(start);
+    if (!restored.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, restored.status().ToString().c_str());
+      return 1;
+    }
+  }
+  std::ofstream(result_path) << result.dump();
+  return 0;
+}
+
+json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots) {
+  const std::string dir = base + "/ranks-" + std::to_string(world);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> args{self, "rank", "--rank", std::to_string(r), "--world", std::to_string(world),
+                                  "--dir", dir, "--rendezvous", dir + "/rendezvous", "--mb", std::to_string(mb),
+                                  "--snapshots", std::to_string(snapshots), "--result",
+                                  dir + "/result-" + std::to_string(r) + ".json"};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  json out;
+  out["ranks"] = world;
+  out["ok"] = ok;
+  if (!ok) return out;
+  double persist = 0, restore = 0, load = 0;
+  uint64_t logical = 0;
+  for (int r = 0; r < world; ++r) {
+    json rank = json::parse(std::ifstream(dir + "/result-" + std::to_string(r) + ".json"));
+    persist = std::max(persist, rank["persist_s"].get<double>());
+    restore = std::max(restore, rank["restore_s"].get<double>());
+    load = std::max(load, rank["torch_load_s"].get<double>());
+    logical += rank["logical_bytes"].get<uint64_t>();
+    out["per_rank"].push_back(rank);
+  }
+  // Stored bytes per rank: the global record of the last step.
+  auto global = trainsnap::Store::OpenReadOnly(trainsnap::internal::GlobalStorePath(dir + "/run"));
+  if (global.ok()) {
+    auto manifest = (*global)->Manifest(snapshots);
+    if (manifest.ok()) {
+      auto record = trainsnap::internal::ParseGlobalRecord(*manifest);
+      if (record.ok()) {
+        for (const trainsnap::internal::RankFigures& f : record->ranks) {
+          out["stored_bytes_last_step"].push_back(f.stored_bytes);
+          out["new_bytes_last_step"].push_back(f.new_bytes);
+        }
+      }
+    }
+  }
+  out["aggregate_persist_mb_s"] = static_cast<double>(logical) * snapshots / persist / 1e6;
+  out["restore_s_max"] = restore;
+  out["torch_load_s_max"] = load;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"DistributedCheckpointer with several ranks vs torch::save/load"};
+  std::vector<int> worlds{1, 2, 4};
+  int64_t mb = 32;
+  int snapshots = 6;
+  std::string dir = (fs::temp_directory_path() / "trainsnap_distributed_bench").string();
+  std::string json_path;
+  app.add_option("--ranks", worlds, "world sizes to run")->delimiter(',');
+  app.add_option("--mb", mb, "MiB of parameters per rank (optimizer state adds 2x)");
+  app.add_option("--snapshots", snapshots, "snapshots per rank, back to back");
+  app.add_option("--dir", dir, "working directory (removed first)");
+  app.add_option("--json", json_path, "write the results here");
+  int rank = 0, world = 1;
+  std::string rendezvous, result;
+  CLI::App* one = app.add_subcommand("rank", "one rank (internal)");
+  one->add_option("--rank", rank);
+  one->add_option("--world", world);
+  one->add_option("--dir", dir);
+  one->add_option("--rendezvous", rendezvous);
+  one->add_option("--mb", mb);
+  one->add_option("--snapshots", snapshots);
+  one->add_option("--result", result);
+  CLI11_PARSE(app, argc, argv);
+  if (*one) return RunRank(rank, world, dir, rendezvous, mb, snapshots, result);
+
+  const std::string self = fs::canonical("/proc/self/exe").string();
+  json all = json::array();
+  std::printf("%5s %10s %10s %12s %14s %10s %12s %s\n", "ranks", "stall_ms", "memcpy_ms", "persist_MB/s",
+              "stored_MB/rank", "restore_s", "torch_load_s", "");
+  for (int w : worlds) {
+    json r = RunWorld(self, dir, w, mb, snapshots);
+    all.push_back(r);
+    if (!r["ok"].get<bool>()) {
+      std::printf("%5d failed\n", w);
+      continue;
+    }
+    std::string stored;
+    for (const auto& b : r["stored_bytes_last_step"]) {
+      stored += (stored.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
+    }
+    double stall = 0, copy = 0;
+    for (const auto& pr : r["per_rank"]) {
+      stall = std::max(stall, pr["stall_ms"].get<double>());
+      copy = std::max(copy, pr["memcpy_ms"].get<double>());
+    }
+    std::printf("%5d %10.1f %10.1f %12.0f %14s %10.3f %12.3f\n", w, stall, copy,
+                r["aggregate_persist_mb_s"].get<double>(), stored.c_str(), r["restore_s_max"].get<double>(),
+                r["torch_load_s_max"].get<double>());
+    std::fflush(stdout);
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << all.dump(2);
+  return 0;
+}

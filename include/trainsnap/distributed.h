@@ -1,0 +1,95 @@
+// DistributedCheckpointer: one snapshot across every rank of a multi-process
+// training run, coordinated through LibTorch's c10d and committed globally.
+// Run-directory layout and the commit protocol: docs/distributed.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "trainsnap/checkpointer.h"
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap {
+
+struct DistributedOptions {
+  // Options of every rank's Checkpointer on its own store.
+  CheckpointerOptions checkpointer;
+  // Options of every rank's store (rank-NNNNN/). store.retention is applied
+  // to GLOBAL steps after each global commit (global record first, then every
+  // rank's snapshot), never by a rank's store on its own.
+  StoreOptions store;
+  // Every rank holds the same model. Recorded in the global record; every
+  // rank still stores its own copy (writing it once in all, spread over the
+  // ranks, is not done yet: docs/distributed.md).
+  bool model_replicated = true;
+  // false: each rank's optimizer holds its own shard (rank-local state). A
+  // step restores only with the layout it was captured with (ContractMismatch).
+  bool optimizer_replicated = true;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // any collective: a dead rank is an error, never a hang
+};
+
+namespace internal {
+class DistributedState;
+}  // namespace internal
+
+// One per rank; every rank of `group` calls each collective method in the
+// same order with the same step (a mismatch is InvalidArgument on every
+// rank). The group must run collectives on CPU tensors (Gloo); the
+// checkpointer's own collectives use a private Gloo group (rendezvous
+// through a file in run_dir, which every rank must see), so that its
+// background commits never interleave with the trainer's collectives.
+// Thread-compatible: one training thread per rank drives it. After a failed
+// collective (a dead rank, a timeout) every later call returns that error:
+// restart the ranks and Open again.
+class DistributedCheckpointer {
+ public:
+  // Every rank calls it with the same run_dir; rank r keeps its own store
+  // inside it. Collective. Local snapshots of steps that never became global
+  // (a crash between the local and the global commit) are deleted here.
+  static Result<std::unique_ptr<DistributedCheckpointer>> Open(
+      const std::string& run_dir, c10::intrusive_ptr<c10d::ProcessGroup> group, DistributedOptions options = {});
+  ~DistributedCheckpointer();  // waits for the captures in flight (Flush)
+  DistributedCheckpointer(const DistributedCheckpointer&) = delete;
+  DistributedCheckpointer& operator=(const DistributedCheckpointer&) = delete;
+
+  // Stages `state` on this rank (as Checkpointer::CaptureAsync) and returns;
+  // the handle completes once the step committed GLOBALLY (or failed on
+  // every rank with the same error: the lowest failing rank's, prefixed
+  // "rank R: "). A staging error is returned here as well. Keys of
+  // state.extra must sort before "~trainsnap.rank", the rank agreement's own
+  // (every plain ASCII name does): InvalidArgument otherwise.
+  Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);  // collective
+  Status Capture(int64_t step, const TrainingState& state);                      // collective
+  // Waits for every capture in flight; the first error since the last Flush.
+  Status Flush();
+  // Validates and decodes on every rank, then applies on every rank only if
+  // all succeeded; otherwise every rank returns the same error and every
+  // live object is unchanged. NotFound: `step` is not a global step;
+  // ContractMismatch: another world size, or another optimizer layout
+  // (DistributedOptions::optimizer_replicated) than at capture. Restoring an
+  // older step keeps the later ones: capturing them again is AlreadyExists
+  // (use RollbackTo).
+  Status Restore(int64_t step, const TrainingState& target);  // collective
+  // Restore(step, target), and once every rank validated and decoded, the
+  // deletion of every later step: the global records first (one
+  // transaction on rank 0), then every rank's snapshots of them. After it
+  // the following steps may be captured again. Collective.
+  Status RollbackTo(int64_t step, const TrainingState& target);
+  Result<int64_t> RestoreLatest(const TrainingState& target); // the latest GLOBALLY committed step; returns it
+  Result<std::vector<int64_t>> Steps();                       // globally committed steps, ascending
+
+  int rank() const;
+  int world_size() const;
+
+ private:
+  explicit DistributedCheckpointer(std::unique_ptr<internal::DistributedState> state);
+  std::unique_ptr<internal::DistributedState> state_;
+};
+
+}  // namespace trainsnap

@@ -1,0 +1,262 @@
+// trainsnap_dist_rank: one rank of a distributed test scenario, exec'ed by
+// distributed_test.cc. Writes "key value" lines to --out (and the rank's
+// state dump to <out>.state); exit code 0, or 3 after an unexpected error.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "distributed/dist_rig.h"
+#include "trainsnap/distributed.h"
+
+namespace {
+
+using trainsnap::DistributedCheckpointer;
+using trainsnap::DistributedOptions;
+using trainsnap::Status;
+using trainsnap::StatusCode;
+using trainsnap::TrainingState;
+using trainsnap::dist_test::Job;
+
+// A Stateful with nothing to save.
+class Cursor final : public trainsnap::Stateful {
+ public:
+  std::string SaveState() const override { return "cursor"; }
+  Status LoadState(std::string_view) override { return Status::OK(); }
+};
+
+std::map<std::string, std::string> flags;
+std::ofstream out;
+
+std::string Flag(const std::string& name, const std::string& fallback = "") {
+  auto it = flags.find(name);
+  return it == flags.end() ? fallback : it->second;
+}
+int64_t IntFlag(const std::string& name, int64_t fallback) {
+  auto it = flags.find(name);
+  return it == flags.end() ? fallback : std::stoll(it->second);
+}
+
+void Put(const std::string& key, const std::string& value) { out << key << ' ' << value << '\n' << std::flush; }
+
+[[noreturn]] void Fail(const std::string& what, const Status& status) {
+  Put("error", what + ": " + status.ToString());
+  std::fprintf(stderr, "rank %s: %s: %s\n", Flag("rank").c_str(), what.c_str(), status.ToString().c_str());
+  std::fflush(stderr);
+  std::_Exit(3);
+}
+
+void WriteState(const std::string& bytes) {
+  std::ofstream state(Flag("out") + ".state", std::ios::binary | std::ios::trunc);
+  state.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string Join(const std::vector<int64_t>& steps) {
+  std::string text;
+  for (int64_t s : steps) text += (text.empty() ? "" : ",") + std::to_string(s);
+  return text.empty() ? "-" : text;
+}
+
+void PutStatus(const std::string& prefix, const Status& status) {
+  Put(prefix + "code", std::string(trainsnap::StatusCodeName(status.code())));
+  Put(prefix + "message", status.message());
+}
+
+std::unique_ptr<DistributedCheckpointer> OpenOrFail(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                   const DistributedOptions& options) {
+  auto opened = DistributedCheckpointer::Open(Flag("run_dir"), group, options);
+  if (!opened.ok()) Fail("open", opened.status());
+  return std::move(opened).value();
+}
+
+int Run() {
+  const int rank = static_cast<int>(IntFlag("rank", 0));
+  const int world = static_cast<int>(IntFlag("world", 1));
+  const std::chrono::milliseconds timeout(IntFlag("timeout_ms", 10000));
+  torch::set_num_threads(1);
+  auto group = trainsnap::dist_test::MakeGroup(Flag("rendezvous"), rank, world, timeout);
+  DistributedOptions options;
+  options.timeout = timeout;
+  options.store.sync = IntFlag("sync", 0) != 0;
+  options.store.threads = 1;
+  options.store.reserve_bytes = 0;  // 40 MiB per rank and launch would dominate the tests' time
+  options.checkpointer.threads = 1;
+  options.store.retention.keep_last = IntFlag("keep_last", 0);
+  const bool sharded = IntFlag("sharded", 0) != 0;
+  options.optimizer_replicated = !sharded;
+  const std::string scenario = Flag("scenario");
+
+  if (scenario == "train") {
+    // Resume from the latest global step (if any), train to --steps with a
+    // CaptureAsync after every step.
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    // What this rank itself sees before the restore: every rank must see
+    // the same latest global step, whatever rank a crash killed.
+    auto seen = checkpointer->Steps();
+    if (!seen.ok()) Fail("steps", seen.status());
+    Put("seen", seen->empty() ? "-" : std::to_string(seen->back()));
+    int64_t first = 1;
+    if (IntFlag("resume", 0) != 0) {
+      auto latest = checkpointer->RestoreLatest(job.State());
+      if (latest.ok()) {
+        first = *latest + 1;
+      } else if (latest.status().code() != StatusCode::kNotFound) {
+        Fail("restore latest", latest.status());
+      }
+    }
+    Put("resumed", std::to_string(first - 1));
+    const int64_t steps = IntFlag("steps", 8);
+    const int64_t sleep_ms = IntFlag("sleep_ms", 0);
+    for (int64_t step = first; step <= steps; ++step) {
+      job.Step(step);
+      auto handle = checkpointer->CaptureAsync(step, job.State());
+      if (!handle.ok()) Fail("capture", handle.status());
+      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    }
+    Status flushed = checkpointer->Flush();
+    if (!flushed.ok()) Fail("flush", flushed);
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    WriteState(job.Dump());
+    return 0;
+  }
+
+  if (scenario == "mismatch") {
+    // Steps 1-2 captured, step 3 not; the restore of step 2 targets a model
+    // of another width on rank --bad.
+    const int bad = static_cast<int>(IntFlag("bad", -1));
+    Job job(group, sharded);
+    std::unique_ptr<Job> other;
+    if (rank == bad) other = std::make_unique<Job>(group, sharded, 33);  // reseeds the RNG as `job` did
+    auto checkpointer = OpenOrFail(group, options);
+    std::string at_two;
+    for (int64_t step = 1; step <= 3; ++step) {
+      job.Step(step);
+      if (step == 3) break;
+      Status captured = checkpointer->Capture(step, job.State());
+      if (!captured.ok()) Fail("capture", captured);
+      at_two = job.Dump();
+    }
+    Job& target = rank == bad ? *other : job;
+    const std::string before = target.Dump();
+    Status failed = checkpointer->Restore(2, target.State());
+    PutStatus("restore_", failed);
+    Put("unchanged", target.Dump() == before ? "1" : "0");
+    Status restored = checkpointer->Restore(2, job.State());
+    PutStatus("good_restore_", restored);
+    Put("restored_equal", job.Dump() == at_two ? "1" : "0");
+    // Step 3 fails to stage on rank --bad only (a reserved extra key): every
+    // rank's handle and Flush report that rank's error, and step 3 does not
+    // become global.
+    TrainingState state = job.State();
+    Cursor cursor;
+    if (rank == bad) state.extra["~trainsnap.rank"] = &cursor;
+    auto handle = checkpointer->CaptureAsync(3, state);
+    PutStatus("capture_async_", handle.status());
+    if (handle.ok()) PutStatus("handle_", handle->Wait());
+    PutStatus("flush_", checkpointer->Flush());
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    // The step can then be captured on every rank.
+    PutStatus("retry_", checkpointer->Capture(3, job.State()));
+    return 0;
+  }
+
+  if (scenario == "world") {
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    if (Flag("phase") == "capture") {
+      for (int64_t step = 1; step <= 2; ++step) {
+        job.Step(step);
+        Status captured = checkpointer->Capture(step, job.State());
+        if (!captured.ok()) Fail("capture", captured);
+      }
+      return 0;
+    }
+    const std::string before = job.Dump();
+    auto latest = checkpointer->RestoreLatest(job.State());
+    PutStatus("restore_", latest.status());
+    Put("unchanged", job.Dump() == before ? "1" : "0");
+    return 0;
+  }
+
+  if (scenario == "dead") {
+    // Rank --victim dies after step 2's global commit; the others capture
+    // step 3 and must get an error within the timeout.
+    const int victim = static_cast<int>(IntFlag("victim", 1));
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    for (int64_t step = 1; step <= 2; ++step) {
+      Status captured = checkpointer->Capture(step, job.State());
+      if (!captured.ok()) Fail("capture", captured);
+    }
+    if (rank == victim) std::raise(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto start = std::chrono::steady_clock::now();
+    Status captured = checkpointer->Capture(3, job.State());
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    PutStatus("capture_", captured);
+    Put("elapsed_ms", std::to_string(elapsed.count()));
+    auto again = checkpointer->CaptureAsync(4, job.State());
+    PutStatus("again_", again.status());
+    Status restored = checkpointer->Restore(2, job.State());
+    PutStatus("restore_", restored);
+    std::fflush(nullptr);
+    std::_Exit(0);  // the group's destructor would wait for the dead rank
+  }
+
+  if (scenario == "rollback") {
+    // Steps 1-4 captured, step 5 trained only; roll back to 2 and train 3-4
+    // again: the same states as the first time, captured again.
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    std::string at_two, at_four;
+    for (int64_t step = 1; step <= 5; ++step) {
+      job.Step(step);
+      if (step == 5) break;
+      Status captured = checkpointer->Capture(step, job.State());
+      if (!captured.ok()) Fail("capture", captured);
+      if (step == 2) at_two = job.Dump();
+      if (step == 4) at_four = job.Dump();
+    }
+    PutStatus("rollback_", checkpointer->RollbackTo(2, job.State()));
+    Put("at_two", job.Dump() == at_two ? "1" : "0");
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps_after_rollback", Join(*listed));
+    for (int64_t step = 3; step <= 4; ++step) {
+      job.Step(step);
+      Status captured = checkpointer->Capture(step, job.State());
+      if (!captured.ok()) Fail("capture again", captured);
+    }
+    Put("at_four", job.Dump() == at_four ? "1" : "0");
+    listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    return 0;
+  }
+  std::fprintf(stderr, "unknown scenario `%s`\n", scenario.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string name = argv[i];
+    if (name.rfind("--", 0) == 0) flags[name.substr(2)] = argv[i + 1];
+  }
+  out.open(Flag("out"), std::ios::trunc);
+  try {
+    return Run();
+  } catch (const std::exception& e) {
+    Put("error", std::string("exception: ") + e.what());
+    std::fprintf(stderr, "rank %s: exception: %s\n", Flag("rank").c_str(), e.what());
+    return 4;
+  }
+}
