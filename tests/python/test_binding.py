@@ -567,3 +567,48 @@ def test_star_import_does_not_shadow_the_builtin_io_error():
     assert namespace["Busy"] is trainsnap.Busy and namespace["Store"] is trainsnap.Store
     assert trainsnap.IOError is not builtins.IOError
     assert issubclass(trainsnap.IOError, trainsnap.Error) and trainsnap.IOError.code == "IOError"
+
+
+class CountingLinear(nn.Linear):
+    """An nn.Module extra (an EMA copy, say) that counts its loads."""
+
+    def __init__(self):
+        super().__init__(4, 3)
+        self.loads = 0
+
+    def load_state_dict(self, state, strict=True):
+        self.loads += 1
+        return super().load_state_dict(state, strict)
+
+
+def test_an_nn_module_extra_loaded_in_place_is_rolled_back_when_the_optimizer_is_refused(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run("adamw")
+    train(run, 4)
+    torch.manual_seed(11)
+    ema = CountingLinear()
+    ckpt.capture(4, **{**run.state(), "extra": {"data": run.cursor, "ema": ema}})
+
+    other = Run("sgd", seed=4)
+    train(other, 3)
+    torch.manual_seed(12)
+    other_ema = CountingLinear()
+    assert not torch.equal(other_ema.weight, ema.weight)
+    before = everything(other)
+    before_ema = {k: v.clone() for k, v in other_ema.state_dict().items()}
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "ema": other_ema}
+    with pytest.raises(trainsnap.ContractMismatch) as e:
+        ckpt.restore(4, **state)
+    assert str(e.value) == ("restore step 4: extra state `python:optimizer`: the snapshot holds a "
+                            "torch.optim.adamw.AdamW, the target is a torch.optim.sgd.SGD")
+    # "ema" sorts before "python:optimizer": it was loaded (in place, into its
+    # live parameters), then given its previous state back.
+    assert other_ema.loads == 2
+    after_ema = other_ema.state_dict()
+    assert sorted(after_ema) == sorted(before_ema)
+    for name, value in before_ema.items():
+        assert torch.equal(after_ema[name].view(torch.int32), value.view(torch.int32)), name
+    assert first_difference(everything(other), before) == ""
+
