@@ -612,3 +612,14 @@ def test_an_nn_module_extra_loaded_in_place_is_rolled_back_when_the_optimizer_is
         assert torch.equal(after_ema[name].view(torch.int32), value.view(torch.int32)), name
     assert first_difference(everything(other), before) == ""
 
+
+def test_an_extra_key_with_a_slash_is_refused_at_capture(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.capture(1, extra={"a/b": Run().cursor}, rng=False)
+    assert str(e.value) == ("capture step 1: extra state `a/b`: the key contains '/', which tensor IDs reserve "
+                            "(\"extra:<key>/<tensor>\")")
+    with pytest.raises(trainsnap.InvalidArgument):
+        ckpt.flush()
+    assert store.list() == []
