@@ -94,7 +94,7 @@ struct TrainingState {
   AccumulationWindow* accumulation = nullptr;
   bool rng = true;                          // torch's default generators
   std::map<std::string, Stateful*> extra;   // data-loader cursor, custom schedulers, ...
-  // Extra state with tensors; its keys share extra's namespace (a key in both is InvalidArgument).
+  // Extra state with tensors; keys share extra's namespace; one in both, or with a '/', is InvalidArgument.
   std::map<std::string, TensorStateful*> tensor_extra;
   std::map<std::string, torch::nn::Module*> models;
   std::map<std::string, torch::optim::Optimizer*> optimizers;

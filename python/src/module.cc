@@ -6,6 +6,7 @@
 // back only inside the adapters, which run on the calling thread.
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +53,10 @@ void Check(const Status& status) {
   if (!status.ok()) Raise(status);
 }
 
+// Whether `e` is no Exception (KeyboardInterrupt, SystemExit, GeneratorExit):
+// the binding re-raises those as they are once the C++ call has returned.
+bool IsBaseOnly(const py::error_already_set& e) { return !e.matches(PyExc_Exception); }
+
 // A Python exception raised by an adapter becomes a Status: a trainsnap.Error
 // keeps its code, anything else is Aborted naming the exception type (GIL held).
 Status FromPython(py::error_already_set& e) {
@@ -70,14 +75,43 @@ auto WithoutGil(Fn&& fn) {
   return fn();
 }
 
+// Drops `p` without the GIL (held on entry): the last reference to a Store
+// or Checkpointer closes it, which waits (RocksDB, captures in flight).
+template <class T>
+void DropWithoutGil(std::shared_ptr<T>& p) {
+  if (!p) return;
+  py::gil_scoped_release release;
+  p.reset();
+}
+
+// A reference to a Store or Checkpointer held for one call: a close() on
+// another thread while the call runs without the GIL drops only the
+// wrapper's reference, and the object dies when its last call returns.
+template <class T>
+class Lease {
+ public:
+  explicit Lease(std::shared_ptr<T> p) : p_(std::move(p)) {}
+  ~Lease() { DropWithoutGil(p_); }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  T& operator*() const { return *p_; }
+  T* operator->() const { return p_.get(); }
+
+ private:
+  std::shared_ptr<T> p_;
+};
+
 // A Python adapter object with save() -> (type, bytes, {name: Tensor}) and
-// load(type, bytes, {name: Tensor}).
+// load(type, bytes, {name: Tensor}). A KeyboardInterrupt or another
+// non-Exception raised inside is Aborted for the C++ core (which undoes the
+// call) and kept in interrupt() for the binding to re-raise afterwards.
 class PyTensorStateful final : public TensorStateful {
  public:
   explicit PyTensorStateful(py::object adapter) : adapter_(std::move(adapter)) {}
   ~PyTensorStateful() override {
     py::gil_scoped_acquire gil;
     adapter_ = py::object();
+    interrupt_.reset();
   }
 
   Status SaveState(TensorState* out) const override {
@@ -93,7 +127,7 @@ class PyTensorStateful final : public TensorStateful {
       }
       return Status::OK();
     } catch (py::error_already_set& e) {
-      return FromPython(e);
+      return Fail(e);
     } catch (const py::cast_error& e) {
       return Status::InvalidArgument(std::string("adapter save(): ") + e.what());
     }
@@ -107,17 +141,27 @@ class PyTensorStateful final : public TensorStateful {
       adapter_.attr("load")(state.type, py::bytes(state.bytes), tensors);
       return Status::OK();
     } catch (py::error_already_set& e) {
-      return FromPython(e);
+      return Fail(e);
     }
   }
 
+  // The first non-Exception raised inside save() or load(), if any.
+  const std::optional<py::error_already_set>& interrupt() const { return interrupt_; }
+
  private:
+  Status Fail(py::error_already_set& e) const {
+    if (IsBaseOnly(e) && !interrupt_.has_value()) interrupt_ = e;
+    return FromPython(e);
+  }
+
   py::object adapter_;
+  mutable std::optional<py::error_already_set> interrupt_;
 };
 
 // A C++ module tree over a Python nn.Module: same names, same tensors (the
-// same TensorImpl, so .grad and version counters are shared). A submodule
-// reached twice is mirrored once, so tied parameters stay tied.
+// same TensorImpl, so .grad and version counters are shared), the tensors of
+// state_dict() and no others. A submodule reached twice is mirrored once, so
+// tied parameters stay tied.
 std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*, std::shared_ptr<torch::nn::Module>>& seen) {
   auto found = seen.find(module.ptr());
   if (found != seen.end()) return found->second;
@@ -128,8 +172,11 @@ std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*,
     torch::Tensor tensor = item.second.cast<torch::Tensor>();
     mirror->register_parameter(item.first.cast<std::string>(), tensor, tensor.requires_grad());
   }
+  // Non-persistent buffers are no part of state_dict(), nor of a snapshot.
+  py::object non_persistent = py::getattr(module, "_non_persistent_buffers_set", py::none());
   for (auto item : module.attr("_buffers").cast<py::dict>()) {
     if (item.second.is_none()) continue;
+    if (!non_persistent.is_none() && non_persistent.contains(item.first)) continue;
     mirror->register_buffer(item.first.cast<std::string>(), item.second.cast<torch::Tensor>());
   }
   for (auto item : module.attr("_modules").cast<py::dict>()) {
@@ -139,27 +186,60 @@ std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*,
   return mirror;
 }
 
-// Owns the Store; Checkpointers keep it alive (the C++ Store must outlive them).
+// The Python Store's reference to the C++ Store. Calls in flight and the
+// C++ Checkpointers hold references of their own, so the Store outlives them
+// whatever thread closes the wrapper. Thread-safe (mu_ guards store_ and
+// users_; it is never held while waiting for the GIL).
 class PyStore {
  public:
   explicit PyStore(std::unique_ptr<Store> store, std::string path) : store_(std::move(store)), path_(std::move(path)) {}
-  Store& get() {
-    if (!store_) Raise(Status::InvalidArgument("store `" + path_ + "` is closed"));
-    return *store_;
+  ~PyStore() { DropWithoutGil(store_); }
+
+  // The Store for one call; InvalidArgument once closed (GIL held).
+  Lease<Store> Use() { return Lease<Store>(Share(false)); }
+
+  // The Store for a new Checkpointer, counted as a user until RemoveUser().
+  std::shared_ptr<Store> AddUser() { return Share(true); }
+  void RemoveUser() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --users_;
   }
+
+  // Drops the wrapper's reference: the C++ Store closes now, or when the
+  // last call in flight on another thread returns. Busy while Checkpointers
+  // (not yet closed) use it.
   void Close() {
-    if (users_ > 0) {
-      Raise(Status::Busy("store `" + path_ + "`: " + std::to_string(users_) +
+    std::shared_ptr<Store> dropped;
+    int users = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      users = users_;
+      if (users == 0) dropped = std::move(store_);
+    }
+    if (users > 0) {
+      Raise(Status::Busy("store `" + path_ + "`: " + std::to_string(users) +
                          " Checkpointer(s) still use it; close them first"));
     }
-    store_.reset();
+    DropWithoutGil(dropped);
   }
   const std::string& path() const { return path_; }
-  int users_ = 0;
 
  private:
-  std::unique_ptr<Store> store_;
-  std::string path_;
+  std::shared_ptr<Store> Share(bool add_user) {
+    std::shared_ptr<Store> store;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      store = store_;
+      if (store && add_user) ++users_;
+    }
+    if (!store) Raise(Status::InvalidArgument("store `" + path_ + "` is closed"));
+    return store;
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<Store> store_;
+  int users_ = 0;
+  const std::string path_;
 };
 
 ModelState ParseModelState(const std::string& name) {
@@ -184,6 +264,14 @@ struct Target {
   TrainingState state;
 };
 
+// Re-raises the first KeyboardInterrupt, SystemExit, ... an adapter raised
+// during the call (GIL held); the call's Aborted status is dropped for it.
+void ReraiseInterrupt(const Target& target) {
+  for (const auto& adapter : target.adapters) {
+    if (adapter->interrupt().has_value()) throw *adapter->interrupt();
+  }
+}
+
 Target MakeTarget(py::object model, py::dict adapters, AccumulationWindow* window, bool rng) {
   Target target;
   if (!model.is_none()) {
@@ -201,56 +289,74 @@ Target MakeTarget(py::object model, py::dict adapters, AccumulationWindow* windo
   return target;
 }
 
+// The Python Checkpointer's reference to the C++ Checkpointer, which holds a
+// reference to the C++ Store (its deleter's): the Store dies after it. Calls
+// in flight hold references of their own (see Lease). Thread-safe.
 class PyCheckpointer {
  public:
   PyCheckpointer(std::shared_ptr<PyStore> store, CheckpointerOptions options) : store_(std::move(store)) {
-    checkpointer_ = std::make_unique<Checkpointer>(store_->get(), std::move(options));
-    ++store_->users_;
+    std::shared_ptr<Store> cpp_store = store_->AddUser();
+    Store& ref = *cpp_store;
+    checkpointer_ = std::shared_ptr<Checkpointer>(new Checkpointer(ref, std::move(options)),
+                                                  [cpp_store](Checkpointer* c) { delete c; });
   }
   ~PyCheckpointer() { Close(); }
 
-  // Waits for the captures in flight, then releases the store.
+  // Drops the wrapper's reference and releases the Python Store. The C++
+  // Checkpointer (waiting for its captures in flight) closes now, or when
+  // the last call in flight on another thread returns.
   void Close() {
-    if (!checkpointer_) return;
+    std::shared_ptr<Checkpointer> dropped;
     {
-      py::gil_scoped_release release;
-      checkpointer_.reset();
+      std::lock_guard<std::mutex> lock(mu_);
+      dropped = std::move(checkpointer_);
     }
-    --store_->users_;
+    if (!dropped) return;
+    DropWithoutGil(dropped);
+    store_->RemoveUser();
   }
 
-  Checkpointer& get() {
-    if (!checkpointer_) Raise(Status::InvalidArgument("the Checkpointer is closed"));
-    return *checkpointer_;
+  // The Checkpointer for one call; InvalidArgument once closed (GIL held).
+  Lease<Checkpointer> Use() {
+    std::shared_ptr<Checkpointer> checkpointer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      checkpointer = checkpointer_;
+    }
+    if (!checkpointer) Raise(Status::InvalidArgument("the Checkpointer is closed"));
+    return Lease<Checkpointer>(std::move(checkpointer));
   }
 
   CaptureHandle CaptureAsync(int64_t step, py::object model, py::dict adapters, AccumulationWindow* window,
                              bool rng) {
-    Checkpointer& checkpointer = get();
+    Lease<Checkpointer> checkpointer = Use();
     Target target = MakeTarget(std::move(model), std::move(adapters), window, rng);
-    Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer.CaptureAsync(step, target.state); });
+    Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer->CaptureAsync(step, target.state); });
+    ReraiseInterrupt(target);
     Check(handle.status());
     return *handle;
   }
 
   int64_t Restore(std::optional<int64_t> step, py::object model, py::dict adapters, AccumulationWindow* window,
                   bool rng, const RestoreOptions& options) {
-    Checkpointer& checkpointer = get();
+    Lease<Checkpointer> checkpointer = Use();
     Target target = MakeTarget(std::move(model), std::move(adapters), window, rng);
     Result<int64_t> restored = WithoutGil([&]() -> Result<int64_t> {
       if (step.has_value()) {
-        TRAINSNAP_RETURN_IF_ERROR(checkpointer.Restore(*step, target.state, options));
+        TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(*step, target.state, options));
         return *step;
       }
-      return checkpointer.RestoreLatest(target.state, options);
+      return checkpointer->RestoreLatest(target.state, options);
     });
+    ReraiseInterrupt(target);
     Check(restored.status());
     return *restored;
   }
 
  private:
-  std::shared_ptr<PyStore> store_;
-  std::unique_ptr<Checkpointer> checkpointer_;
+  const std::shared_ptr<PyStore> store_;
+  std::mutex mu_;
+  std::shared_ptr<Checkpointer> checkpointer_;
 };
 
 py::dict InfoDict(const SnapshotInfo& info) {
@@ -332,8 +438,8 @@ PYBIND11_MODULE(_trainsnap, m) {
       .def("close", &PyStore::Close)
       .def("list",
            [](PyStore& s) {
-             Store& store = s.get();
-             Result<std::vector<SnapshotInfo>> infos = WithoutGil([&] { return store.List(); });
+             Lease<Store> store = s.Use();
+             Result<std::vector<SnapshotInfo>> infos = WithoutGil([&] { return store->List(); });
              Check(infos.status());
              py::list out;
              for (const SnapshotInfo& info : *infos) out.append(InfoDict(info));
@@ -341,26 +447,26 @@ PYBIND11_MODULE(_trainsnap, m) {
            })
       .def("latest",
            [](PyStore& s) -> std::optional<int64_t> {
-             Store& store = s.get();
-             Result<std::optional<int64_t>> latest = WithoutGil([&] { return store.Latest(); });
+             Lease<Store> store = s.Use();
+             Result<std::optional<int64_t>> latest = WithoutGil([&] { return store->Latest(); });
              Check(latest.status());
              return *latest;
            })
       .def("info",
            [](PyStore& s, int64_t step) {
-             Store& store = s.get();
-             Result<SnapshotInfo> info = WithoutGil([&] { return store.Info(step); });
+             Lease<Store> store = s.Use();
+             Result<SnapshotInfo> info = WithoutGil([&] { return store->Info(step); });
              Check(info.status());
              return InfoDict(*info);
            })
       .def("delete", [](PyStore& s, int64_t step) {
-        Store& store = s.get();
-        Check(WithoutGil([&] { return store.Delete(step); }));
+        Lease<Store> store = s.Use();
+        Check(WithoutGil([&] { return store->Delete(step); }));
       })
       .def("collect_garbage",
            [](PyStore& s) {
-             Store& store = s.get();
-             Result<GcReport> report = WithoutGil([&] { return store.CollectGarbage(); });
+             Lease<Store> store = s.Use();
+             Result<GcReport> report = WithoutGil([&] { return store->CollectGarbage(); });
              Check(report.status());
              py::dict d;
              d["chunks_scanned"] = report->chunks_scanned;
@@ -370,8 +476,8 @@ PYBIND11_MODULE(_trainsnap, m) {
              return d;
            })
       .def("verify", [](PyStore& s, std::optional<int64_t> step) {
-        Store& store = s.get();
-        Result<VerifyReport> report = WithoutGil([&] { return store.Verify(step); });
+        Lease<Store> store = s.Use();
+        Result<VerifyReport> report = WithoutGil([&] { return store->Verify(step); });
         Check(report.status());
         py::list problems;
         for (const VerifyProblem& p : report->problems) {
@@ -411,8 +517,8 @@ PYBIND11_MODULE(_trainsnap, m) {
            py::arg("accumulation"), py::arg("rng"))
       .def("flush",
            [](PyCheckpointer& c) {
-             Checkpointer& checkpointer = c.get();
-             Check(WithoutGil([&] { return checkpointer.Flush(); }));
+             Lease<Checkpointer> checkpointer = c.Use();
+             Check(WithoutGil([&] { return checkpointer->Flush(); }));
            })
       .def("restore",
            [](PyCheckpointer& c, std::optional<int64_t> step, py::object model, py::dict adapters,
@@ -425,7 +531,7 @@ PYBIND11_MODULE(_trainsnap, m) {
              return c.Restore(step, std::move(model), std::move(adapters), window, rng, options);
            })
       .def("pipeline_stats", [](PyCheckpointer& c) {
-        PipelineStats s = c.get().pipeline_stats();
+        PipelineStats s = c.Use()->pipeline_stats();
         py::dict d;
         d["last_committed_step"] = s.last_committed_step;
         d["captures_in_flight"] = s.captures_in_flight;

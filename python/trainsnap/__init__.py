@@ -36,9 +36,11 @@ from ._trainsnap import (  # noqa: F401
     _Store,
 )
 
+# IOError is left out: `from trainsnap import *` would shadow the builtin
+# (OSError). Use trainsnap.IOError.
 __all__ = [
     "Store", "Checkpointer", "AccumulationWindow", "CaptureHandle", "Error", "NotFound", "Corruption",
-    "InvalidArgument", "ContractMismatch", "IOError", "NoSpace", "Busy", "Aborted", "NotSupported", "AlreadyExists",
+    "InvalidArgument", "ContractMismatch", "NoSpace", "Busy", "Aborted", "NotSupported", "AlreadyExists",
 ]
 
 # Keys of tensor_extra that the binding itself uses; user extras may not.
@@ -93,7 +95,9 @@ class Store:
         return self._impl.collect_garbage()
 
     def close(self):
-        """Closes the store (Busy while a Checkpointer still uses it)."""
+        """Closes the store (Busy while a Checkpointer still uses it). Safe
+        from any thread: a call in flight on another thread keeps the store
+        open until it returns."""
         self._impl.close()
 
     def __enter__(self):
@@ -188,7 +192,9 @@ class Checkpointer:
         return self._impl.pipeline_stats()
 
     def close(self):
-        """Waits for the captures in flight and releases the store."""
+        """Waits for the captures in flight and releases the store. Safe from
+        any thread: a call in flight on another thread keeps the Checkpointer
+        open until it returns (the wait happens then)."""
         self._impl.close()
 
     def __enter__(self):

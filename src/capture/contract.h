@@ -38,7 +38,9 @@ std::string QualifiedName(std::string_view model_key, std::string_view name);
 uint64_t ParamId(std::string_view qualified_name);
 // ID of tensor `tensor` of TrainingState::tensor_extra[`extra`]: ParamId of
 // "extra:<extra>/<tensor>". Its records use role "extra", which no model or
-// optimizer tensor uses, so an equal ID cannot make two records collide.
+// optimizer tensor uses, so an equal ID cannot collide with theirs. Tensor
+// names may contain '/', keys may not (capture refuses them): otherwise
+// ("a/b", "c") and ("a", "b/c") would share an ID.
 uint64_t ExtraTensorId(std::string_view extra, std::string_view tensor);
 
 // One tensor of the models, with every qualified name it goes by.

@@ -97,6 +97,11 @@ Status StageTensorExtra(const std::string& name, const TensorStateful* stateful,
                         StagedSnapshot& snapshot) {
   if (stateful == nullptr) return Status::InvalidArgument("is null");
   if (state.extra.count(name)) return Status::InvalidArgument("is a key of both extra and tensor_extra");
+  // The key ends at the first '/' of "extra:<key>/<tensor>" (ExtraTensorId):
+  // ("a/b", "c") and ("a", "b/c") would be one ID.
+  if (name.find('/') != std::string::npos) {
+    return Status::InvalidArgument("the key contains '/', which tensor IDs reserve (\"extra:<key>/<tensor>\")");
+  }
   TensorState saved;
   TRAINSNAP_RETURN_IF_ERROR(stateful->SaveState(&saved));
   proto::ExtraState* extra = snapshot.manifest.add_extra();

@@ -188,5 +188,34 @@ TEST(TensorExtraTest, SaveErrorsAndKindMismatchesAreNamed) {
   EXPECT_EQ(absent.message(), "restore step 3: extra state `opt`: in the snapshot, absent from the target");
 }
 
+TEST(TensorExtraTest, AKeyWithASlashIsRefusedAtCapture) {
+  // ("a/b", "c") and ("a", "b/c") would both be "extra:a/b/c".
+  TempStore ts;
+  Checkpointer checkpointer(*ts.store);
+  Holder slash_in_tensor;
+  slash_in_tensor.state.type = "test.Holder";
+  slash_in_tensor.state.tensors["b/c"] = torch::ones({2}, torch::kFloat32);
+  Holder slash_in_key;
+  slash_in_key.state.type = "test.Holder";
+  slash_in_key.state.tensors["c"] = torch::zeros({2}, torch::kFloat32);
+  TrainingState state;
+  state.rng = false;
+  state.tensor_extra["a"] = &slash_in_tensor;
+  state.tensor_extra["a/b"] = &slash_in_key;
+  Status refused = checkpointer.Capture(1, state);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "capture step 1: extra state `a/b`: the key contains '/', which tensor IDs reserve "
+            "(\"extra:<key>/<tensor>\")");
+  EXPECT_EQ(ts.store->Info(1).status().code(), StatusCode::kNotFound);
+  (void)checkpointer.Flush();
+
+  state.tensor_extra.erase("a/b");
+  ASSERT_TRUE(checkpointer.Capture(2, state).ok());
+  auto records = ts.store->Tensors(2);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+}
+
 }  // namespace
 }  // namespace trainsnap

@@ -2,8 +2,10 @@
 Python training state, errors that name the problem and leave every live
 object unchanged, and one real failure per exception class."""
 
+import builtins
 import random
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -372,4 +374,252 @@ def test_options_are_checked(tmp_path):
         ckpt.capture(1, optimizer=torch.optim.SGD([nn.Parameter(torch.ones(2))], lr=0.1))
     assert str(e.value) == ("capture step 1: extra state `python:optimizer`: param group 0 holds a tensor (2,) "
                             "that is no parameter of the model")
+    assert store.list() == []
+
+
+class Gate:
+    """An extra whose load_state_dict blocks until released: holds a restore in flight."""
+
+    def __init__(self):
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.n = 1
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.entered.set()
+        assert self.release.wait(30)
+        self.n = state["n"]
+
+
+def check_close_during_restore(tmp_path, ckpt, store, gate):
+    assert gate.entered.wait(30)
+    # Both wrappers close while the restore runs in the C++ core; the objects
+    # live until it returns.
+    ckpt.close()
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.flush()
+    assert str(e.value) == "the Checkpointer is closed"
+    store.close()
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        store.latest()
+    assert str(e.value) == f"store `{tmp_path / 'store'}` is closed"
+    # The C++ Store is still open under the restore: a second writer is refused.
+    with pytest.raises(trainsnap.Busy):
+        open_store(tmp_path)
+
+
+def test_checkpointer_and_store_close_from_another_thread_during_a_restore(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    train(run, 3)
+    ckpt.capture(3, **{**run.state(), "extra": {"data": run.cursor, "gate": Gate()}})
+    expected = run.snapshot()
+
+    other = Run(seed=5)
+    train(other, 2)
+    gate = Gate()
+    gate.n = 2
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "gate": gate}
+    result = {}
+    restoring = threading.Thread(target=lambda: result.update(step=ckpt.restore(3, **state)))
+    restoring.start()
+    try:
+        check_close_during_restore(tmp_path, ckpt, store, gate)
+    finally:
+        gate.release.set()
+        restoring.join(30)
+    assert not restoring.is_alive()
+    assert result == {"step": 3}
+    assert gate.n == 1
+    assert first_difference(other.snapshot(), expected) == ""
+    # The restore's end released the last reference: the store is closed.
+    again = open_store(tmp_path)
+    assert again.latest() == 3
+
+
+def test_store_close_while_another_thread_verifies_and_lists(tmp_path):
+    store = open_store(tmp_path, compress=False)
+    ckpt = trainsnap.Checkpointer(store, model_state="full")
+    for step in range(1, 9):
+        torch.manual_seed(step)
+        ckpt.capture(step, model=nn.Linear(512, 512), rng=False)
+    ckpt.close()
+    store.close()
+    # Rounds, so that close() lands inside verify() or list() (it freed the
+    # RocksDB instance under them: an abort within a few rounds).
+    for _ in range(30):
+        store = open_store(tmp_path)
+        seen, errors = [], []
+        calls = threading.Event()
+
+        def loop():
+            try:
+                while True:
+                    report = store.verify()
+                    seen.append((report["ok"], report["snapshots"], report["problems"]))
+                    calls.set()
+                    seen.append([i["step"] for i in store.list()])
+            except trainsnap.Error as e:
+                errors.append(e)
+            finally:
+                calls.set()
+
+        worker = threading.Thread(target=loop)
+        worker.start()
+        assert calls.wait(30)
+        store.close()
+        worker.join(60)
+        assert not worker.is_alive()
+        assert len(errors) == 1 and type(errors[0]) is trainsnap.InvalidArgument
+        assert str(errors[0]) == f"store `{tmp_path / 'store'}` is closed"
+        assert seen and all(s in [(True, 8, []), list(range(1, 9))] for s in seen)
+    assert open_store(tmp_path).latest() == 8
+
+
+class WithCache(nn.Module):
+    def __init__(self, cache_size):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("cache", torch.zeros(cache_size), persistent=False)
+        self.register_buffer("count", torch.tensor(7))
+
+
+def test_non_persistent_buffers_are_left_out_like_state_dict_does(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    torch.manual_seed(0)
+    model = WithCache(4)
+    assert sorted(model.state_dict()) == ["count", "lin.bias", "lin.weight"]
+    ckpt.capture(1, model=model, rng=False)
+    assert store.info(1)["tensors"] == 3
+
+    torch.manual_seed(1)
+    target = WithCache(9)  # the cache's shape differs: it is no part of the contract
+    target.cache.fill_(5)
+    target.count.fill_(0)
+    assert ckpt.restore(1, model=target, rng=False) == 1
+    assert torch.equal(target.lin.weight, model.lin.weight) and torch.equal(target.lin.bias, model.lin.bias)
+    assert target.count.item() == 7
+    assert torch.equal(target.cache, torch.full((9,), 5.0))
+
+
+class Interrupting:
+    """An extra whose state_dict / load_state_dict raise a given BaseException."""
+
+    def __init__(self):
+        self.on_save = None
+        self.on_load = None
+        self.x = 1
+
+    def state_dict(self):
+        if self.on_save is not None:
+            raise self.on_save
+        return {"x": self.x}
+
+    def load_state_dict(self, state):
+        if self.on_load is not None:
+            raise self.on_load
+        self.x = state["x"]
+
+
+@pytest.mark.parametrize("make", [lambda: KeyboardInterrupt(), lambda: SystemExit(3)])
+def test_keyboard_interrupt_and_system_exit_in_an_adapter_propagate_as_they_are(tmp_path, make):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    train(run, 2)
+    ckpt.capture(2, **{**run.state(), "extra": {"data": run.cursor, "zz": Interrupting()}})
+
+    other = Run(seed=3)
+    train(other, 1)
+    before = everything(other)
+    zz = Interrupting()
+    zz.x = 5
+    zz.on_load = make()
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "zz": zz}
+    with pytest.raises(type(zz.on_load)) as e:
+        ckpt.restore(2, **state)
+    assert e.value is zz.on_load
+    assert first_difference(everything(other), before) == "" and zz.x == 5  # rolled back first
+
+    zz.on_load = None
+    zz.on_save = make()
+    with pytest.raises(type(zz.on_save)) as e:
+        ckpt.capture(3, **state)
+    assert e.value is zz.on_save
+    # The failed capture is still the first error since the last flush.
+    with pytest.raises(trainsnap.Aborted) as e:
+        ckpt.flush()
+    assert str(e.value) == f"capture step 3: extra state `zz`: {type(zz.on_save).__name__}: {zz.on_save}"
+    assert [i["step"] for i in store.list()] == [2]
+
+
+def test_star_import_does_not_shadow_the_builtin_io_error():
+    namespace = {}
+    exec("from trainsnap import *", namespace)
+    assert "IOError" not in namespace
+    assert namespace["Busy"] is trainsnap.Busy and namespace["Store"] is trainsnap.Store
+    assert trainsnap.IOError is not builtins.IOError
+    assert issubclass(trainsnap.IOError, trainsnap.Error) and trainsnap.IOError.code == "IOError"
+
+
+class CountingLinear(nn.Linear):
+    """An nn.Module extra (an EMA copy, say) that counts its loads."""
+
+    def __init__(self):
+        super().__init__(4, 3)
+        self.loads = 0
+
+    def load_state_dict(self, state, strict=True):
+        self.loads += 1
+        return super().load_state_dict(state, strict)
+
+
+def test_an_nn_module_extra_loaded_in_place_is_rolled_back_when_the_optimizer_is_refused(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run("adamw")
+    train(run, 4)
+    torch.manual_seed(11)
+    ema = CountingLinear()
+    ckpt.capture(4, **{**run.state(), "extra": {"data": run.cursor, "ema": ema}})
+
+    other = Run("sgd", seed=4)
+    train(other, 3)
+    torch.manual_seed(12)
+    other_ema = CountingLinear()
+    assert not torch.equal(other_ema.weight, ema.weight)
+    before = everything(other)
+    before_ema = {k: v.clone() for k, v in other_ema.state_dict().items()}
+    state = other.state()
+    state["extra"] = {"data": other.cursor, "ema": other_ema}
+    with pytest.raises(trainsnap.ContractMismatch) as e:
+        ckpt.restore(4, **state)
+    assert str(e.value) == ("restore step 4: extra state `python:optimizer`: the snapshot holds a "
+                            "torch.optim.adamw.AdamW, the target is a torch.optim.sgd.SGD")
+    # "ema" sorts before "python:optimizer": it was loaded (in place, into its
+    # live parameters), then given its previous state back.
+    assert other_ema.loads == 2
+    after_ema = other_ema.state_dict()
+    assert sorted(after_ema) == sorted(before_ema)
+    for name, value in before_ema.items():
+        assert torch.equal(after_ema[name].view(torch.int32), value.view(torch.int32)), name
+    assert first_difference(everything(other), before) == ""
+
+
+def test_an_extra_key_with_a_slash_is_refused_at_capture(tmp_path):
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.capture(1, extra={"a/b": Run().cursor}, rng=False)
+    assert str(e.value) == ("capture step 1: extra state `a/b`: the key contains '/', which tensor IDs reserve "
+                            "(\"extra:<key>/<tensor>\")")
+    with pytest.raises(trainsnap.InvalidArgument):
+        ckpt.flush()
     assert store.list() == []
