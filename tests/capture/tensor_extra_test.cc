@@ -92,56 +92,56 @@ TEST(TensorExtraTest, TensorsAreStoredAsRecordsAndComeBackFreshAndBitwise) {
   EXPECT_NE(target.state.tensors.at("step").data_ptr(), holder.state.tensors.at("step").data_ptr());
 }
 
-TEST(TensorExtraTest, RefusalRollsBackTheExtrasLoadedBefore) {
+// Two extras captured at step 1 (`first` loads before `second`).
+struct TwoHolders {
   TempStore ts;
-  Checkpointer checkpointer(*ts.store);
+  Checkpointer checkpointer{*ts.store};
   Holder first, second;
-  first.state = Sample(1.0f);
-  second.state = Sample(2.0f);
   TrainingState state;
-  state.rng = false;
-  state.tensor_extra["a_first"] = &first;
-  state.tensor_extra["b_second"] = &second;
-  ASSERT_TRUE(checkpointer.Capture(1, state).ok());
+  void CaptureStep1() {
+    first.state = Sample(1.0f);
+    second.state = Sample(2.0f);
+    state.rng = false;
+    state.tensor_extra["a_first"] = &first;
+    state.tensor_extra["b_second"] = &second;
+    ASSERT_TRUE(checkpointer.Capture(1, state).ok());
+  }
+};
 
-  first.state = Sample(10.0f);
-  second.state = Sample(20.0f);
-  second.refuse = true;
-  Status status = checkpointer.Restore(1, state);
+TEST(TensorExtraTest, RefusalRollsBackTheExtrasLoadedBefore) {
+  TwoHolders t;
+  ASSERT_NO_FATAL_FAILURE(t.CaptureStep1());
+
+  t.first.state = Sample(10.0f);
+  t.second.state = Sample(20.0f);
+  t.second.refuse = true;
+  Status status = t.checkpointer.Restore(1, t.state);
   EXPECT_EQ(status.code(), StatusCode::kContractMismatch);
   EXPECT_EQ(status.message(), "restore step 1: extra state `b_second`: holder refuses");
   // `first` loaded the snapshot's state, then got its previous state back.
-  EXPECT_EQ(first.loads, 2);
+  EXPECT_EQ(t.first.loads, 2);
   TensorState before = Sample(10.0f);
-  EXPECT_EQ(first.state.bytes, before.bytes);
-  EXPECT_TRUE(BitwiseEqual(first.state.tensors.at("a.weight/exp_avg"), before.tensors.at("a.weight/exp_avg")));
+  EXPECT_EQ(t.first.state.bytes, before.bytes);
+  EXPECT_TRUE(BitwiseEqual(t.first.state.tensors.at("a.weight/exp_avg"), before.tensors.at("a.weight/exp_avg")));
 }
 
 TEST(TensorExtraTest, RollbackRestoresAnExtraThatLoadsInPlaceIntoTensorsItSavedByReference) {
-  TempStore ts;
-  Checkpointer checkpointer(*ts.store);
-  Holder first, second;
-  first.state = Sample(1.0f);
-  second.state = Sample(2.0f);
-  TrainingState state;
-  state.rng = false;
-  state.tensor_extra["a_first"] = &first;
-  state.tensor_extra["b_second"] = &second;
-  ASSERT_TRUE(checkpointer.Capture(1, state).ok());
+  TwoHolders t;
+  ASSERT_NO_FATAL_FAILURE(t.CaptureStep1());
 
-  first.state = Sample(10.0f);
-  first.in_place = true;
-  torch::Tensor live = first.state.tensors.at("a.weight/exp_avg");
-  second.refuse = true;
-  Status status = checkpointer.Restore(1, state);
+  t.first.state = Sample(10.0f);
+  t.first.in_place = true;
+  torch::Tensor live = t.first.state.tensors.at("a.weight/exp_avg");
+  t.second.refuse = true;
+  Status status = t.checkpointer.Restore(1, t.state);
   EXPECT_EQ(status.code(), StatusCode::kContractMismatch);
-  EXPECT_EQ(first.loads, 2);
+  EXPECT_EQ(t.first.loads, 2);
   // The same tensor object, written twice in place: the snapshot's values,
   // then its own from before the restore (a copy, not the aliased tensor).
-  EXPECT_TRUE(first.state.tensors.at("a.weight/exp_avg").is_same(live));
+  EXPECT_TRUE(t.first.state.tensors.at("a.weight/exp_avg").is_same(live));
   EXPECT_TRUE(BitwiseEqual(live, Sample(10.0f).tensors.at("a.weight/exp_avg")));
-  EXPECT_TRUE(BitwiseEqual(first.state.tensors.at("step"), Sample(10.0f).tensors.at("step")));
-  EXPECT_EQ(first.state.bytes, Sample(10.0f).bytes);
+  EXPECT_TRUE(BitwiseEqual(t.first.state.tensors.at("step"), Sample(10.0f).tensors.at("step")));
+  EXPECT_EQ(t.first.state.bytes, Sample(10.0f).bytes);
 }
 
 TEST(TensorExtraTest, SaveErrorsAndKindMismatchesAreNamed) {
