@@ -48,6 +48,13 @@ std::vector<int64_t> StepsToDrop(const std::vector<int64_t>& steps, const Retent
 }
 
 Status CheckExtraKeys(const TrainingState& state) {
+  // A restore loads every tensor_extra after every plain extra, so after the
+  // agreement: a refusal there would leave the other ranks applied.
+  if (!state.tensor_extra.empty()) {
+    return Status::NotSupported("extra state `" + state.tensor_extra.begin()->first +
+                                "`: DistributedCheckpointer does not take tensor_extra yet (its restore would load it "
+                                "after the ranks agreed)");
+  }
   if (state.extra.count(kRankKey)) {
     return Status::InvalidArgument(std::string("extra state `") + kRankKey + "` is reserved for the rank agreement");
   }
@@ -77,6 +84,10 @@ class RankAgreement final : public Stateful {
   }
 
   Status LoadState(std::string_view bytes) override {
+    // A second call is the undo after a later extra refused: the agreement
+    // has nothing to restore, and a collective now would run on this rank
+    // alone and pair with the other ranks' next one.
+    if (reached_) return Status::OK();
     reached_ = true;
     Status mine;
     if (bytes != SaveState()) {

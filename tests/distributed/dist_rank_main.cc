@@ -17,6 +17,8 @@ using trainsnap::DistributedCheckpointer;
 using trainsnap::DistributedOptions;
 using trainsnap::Status;
 using trainsnap::StatusCode;
+using trainsnap::TensorState;
+using trainsnap::TensorStateful;
 using trainsnap::TrainingState;
 using trainsnap::dist_test::Job;
 
@@ -164,6 +166,19 @@ int Run() {
     Put("steps", Join(*listed));
     // The step can then be captured on every rank.
     PutStatus("retry_", checkpointer->Capture(3, job.State()));
+    // Step 4 with a tensor_extra on rank --bad only: NotSupported there, the
+    // same error on every rank, and step 4 does not become global.
+    struct Tensors final : TensorStateful {
+      Status SaveState(TensorState*) const override { return Status::OK(); }
+      Status LoadState(TensorState) override { return Status::OK(); }
+    } tensors;
+    TrainingState with_tensors = job.State();
+    if (rank == bad) with_tensors.tensor_extra["opt"] = &tensors;
+    PutStatus("tensor_extra_", checkpointer->Capture(4, with_tensors));
+    (void)checkpointer->Flush();
+    auto after = checkpointer->Steps();
+    if (!after.ok()) Fail("steps", after.status());
+    Put("steps_after", Join(*after));
     return 0;
   }
 

@@ -375,6 +375,13 @@ TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdentica
     EXPECT_EQ(results[r].values.at("flush_code"), "InvalidArgument");
     EXPECT_EQ(results[r].values.at("steps"), "1,2");
     EXPECT_EQ(results[r].values.at("retry_code"), "OK");
+    // tensor_extra is refused (a restore would load it after the agreement).
+    const std::string tensor_extra_error =
+        "capture step 4: extra state `opt`: DistributedCheckpointer does not take tensor_extra yet (its restore "
+        "would load it after the ranks agreed)";
+    EXPECT_EQ(results[r].values.at("tensor_extra_code"), "NotSupported");
+    EXPECT_EQ(results[r].values.at("tensor_extra_message"), r == 1 ? tensor_extra_error : "rank 1: " + tensor_extra_error);
+    EXPECT_EQ(results[r].values.at("steps_after"), "1,2,3");
   }
   const std::string& message = results[0].values.at("restore_message");
   EXPECT_EQ(message.rfind("rank 1: ", 0), 0u) << message;
