@@ -251,8 +251,12 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
                              " sees " + std::to_string(global_steps_.size()) + " (do all ranks share the run directory?)");
     }
   }
-  checkpointer_ = std::make_unique<Checkpointer>(*local_, options_.checkpointer);
-  committer_ = std::thread([this] { CommitterLoop(); });
+  try {
+    checkpointer_ = std::make_unique<Checkpointer>(*local_, options_.checkpointer);
+    committer_ = std::thread([this] { CommitterLoop(); });
+  } catch (const std::exception& e) {  // std::system_error, std::bad_alloc
+    return Status::Aborted("open " + run_dir_ + ": cannot start the committer thread: " + e.what());
+  }
   return Status::OK();
 }
 

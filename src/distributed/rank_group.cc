@@ -73,17 +73,19 @@ Result<std::unique_ptr<RankGroup>> RankGroup::Create(const std::string& run_dir,
   // A fresh rendezvous file per Open: a file left by a killed run holds that
   // run's keys, which a new group must not read.
   int64_t nonce = 0;
-  if (rank == 0) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(run_dir, ec)) {
-      if (entry.path().filename().string().rfind(kRendezvousPrefix, 0) == 0) {
-        std::filesystem::remove(entry.path(), ec);
-      }
-    }
-    std::random_device device;
-    nonce = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) & INT64_MAX;
-  }
   try {
+    if (rank == 0) {
+      // error_code forms throughout: a range-for's operator++ throws.
+      std::error_code ec;
+      for (std::filesystem::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (it->path().filename().string().rfind(kRendezvousPrefix, 0) == 0) {
+          std::error_code ignored;
+          std::filesystem::remove(it->path(), ignored);
+        }
+      }
+      std::random_device device;  // may throw std::exception: caught below
+      nonce = static_cast<int64_t>((uint64_t{device()} << 31) ^ device()) & INT64_MAX;
+    }
     std::vector<at::Tensor> tensors{at::full({1}, nonce, at::kLong)};
     c10d::BroadcastOptions options;
     options.rootRank = 0;
