@@ -50,7 +50,8 @@ struct TensorState {
 // capturing thread; its tensors are staged (copied) before CaptureAsync
 // returns. LoadState runs once the snapshot is validated and decoded, before
 // any model tensor is written: `state.tensors` are fresh host tensors with
-// the saved names, shapes and dtypes. An error (or exception: Aborted) from
+// the saved names, shapes and dtypes (those under 4 KiB share larger buffers:
+// keep them as they are or copy them, but do not resize them). An error (or exception: Aborted) from
 // LoadState fails the restore, and the extras already loaded get their
 // previous state back (SaveState, taken before the first load).
 class TensorStateful {
