@@ -41,6 +41,12 @@ foreach(i RANGE ${last})
   expect(k EQUAL kSnapshots)
   expect(rows EQUAL kSnapshots)
 
+  # The synced-write peer ran for every snapshot that wrote bytes.
+  string(JSON synced GET "${doc}" workloads ${i} persist synced_write_mb_s)
+  string(JSON vs_synced GET "${doc}" workloads ${i} persist ratio_vs_synced_write)
+  expect(synced GREATER 0)
+  expect(vs_synced GREATER 0)
+
   foreach(which first last)
     string(JSON exact GET "${doc}" workloads ${i} restore bit_exact_${which})
     expect(exact STREQUAL "ON")
