@@ -101,6 +101,45 @@ struct TrainingState {
   std::map<std::string, torch::optim::Optimizer*> optimizers;
 };
 
+// Placement of tensors over several stores (multi-process runs, where a
+// replicated tensor is stored by one process only; DistributedCheckpointer
+// uses it). A single-process Checkpointer needs none of this.
+//
+// One tensor of a capture, as CheckpointerOptions::placement sees it.
+struct PlacementCandidate {
+  std::string name;     // qualified name of its parameter or buffer
+  std::string role;     // "param", "buffer", or an optimizer state's role ("exp_avg", "<key>:exp_avg", ...)
+  uint64_t bytes = 0;   // numel * element size
+  torch::Tensor tensor; // the live tensor; read it only during Place
+};
+
+// Decides which candidate tensors of a capture this store holds.
+class TensorPlacement {
+ public:
+  virtual ~TensorPlacement() = default;
+  // Called once per capture on the capturing thread, before any candidate is
+  // copied. `candidates`: every model tensor (parameters, buffers, frozen
+  // parameters per ModelState) and optimizer-state tensor the snapshot
+  // holds, sorted by (name, role); pending gradients and tensor_extra are
+  // always stored here and never offered. Returns one entry per candidate:
+  // empty = stored here; otherwise the name of the source that holds its
+  // bytes: the snapshot of the same step in that source holds a tensor of
+  // the same name and role. The manifest records the source; the bytes are
+  // not copied nor stored here. An error (or a result of another size:
+  // InvalidArgument) fails the capture.
+  virtual Result<std::vector<std::string>> Place(int64_t step,
+                                                 const std::vector<PlacementCandidate>& candidates) = 0;
+};
+
+// Resolves the sources a TensorPlacement named, at restore.
+class TensorSources {
+ public:
+  virtual ~TensorSources() = default;
+  // The store `source` names, open (read-only is enough); owned by the
+  // callee and valid until the restore returns. Its error fails the restore.
+  virtual Result<Store*> Source(const std::string& source) = 0;
+};
+
 struct CheckpointerOptions {
   // Default kTrainableAndBuffers: buffers are small, and unchanged ones
   // cost no bytes after the first snapshot (deduplicated chunks).
@@ -137,6 +176,9 @@ struct CheckpointerOptions {
   // still in flight. CaptureAsync waits (back-pressure) for the oldest to
   // finish rather than exceed it. 0 = no bound in steps (only the bytes).
   int max_captures_in_flight = 4;
+  // Per-tensor placement over several stores (TensorPlacement); null = every
+  // tensor is stored here. Not owned; must outlive the Checkpointer.
+  TensorPlacement* placement = nullptr;
 };
 
 // Figures of a Checkpointer's pipeline: staging memory and lag. Cheap to read
@@ -199,6 +241,10 @@ struct RestoreOptions {
   // after the extra state accepted its bytes, before any tensor is written;
   // if it fails, the restore fails and every live object is left as it was.
   bool discard_later = false;
+  // Where the tensors a snapshot's placement stored elsewhere are read from
+  // (TensorSources). Null: restoring such a snapshot is NotSupported, naming
+  // the first such tensor and its source. Not owned.
+  TensorSources* sources = nullptr;
 };
 
 // Thread-compatible: one training thread drives a Checkpointer. The Store

@@ -24,13 +24,24 @@ struct DistributedOptions {
   // to GLOBAL steps after each global commit (global record first, then every
   // rank's snapshot), never by a rank's store on its own.
   StoreOptions store;
-  // Every rank holds the same model. Recorded in the global record; every
-  // rank still stores its own copy (writing it once in all, spread over the
-  // ranks, is not done yet: docs/distributed.md).
+  // Every rank holds the same model (parameters and buffers): each such
+  // tensor is written by one rank only, the ranks' shares balanced by bytes
+  // (docs/distributed.md, "Who writes what"), and read by every rank at
+  // restore from the store that holds it. The ranks must hold the same names,
+  // roles and sizes (InvalidArgument at capture otherwise).
   bool model_replicated = true;
-  // false: each rank's optimizer holds its own shard (rank-local state). A
-  // step restores only with the layout it was captured with (ContractMismatch).
+  // true: every rank's optimizer holds the same state, written once in all
+  // as the model is. false: each rank's optimizer holds its own shard
+  // (rank-local state, in that rank's store). A step restores only with the
+  // layout it was captured with (ContractMismatch).
   bool optimizer_replicated = true;
+  // At every capture, the ranks compare the XXH3 of every replicated tensor
+  // (read on the training thread, so it lengthens the stall:
+  // bench/README.md, "Several ranks"); a divergence fails the step on every
+  // rank with InvalidArgument naming the first differing tensor (by name,
+  // then role) and the ranks whose bytes differ from rank 0's. Every rank
+  // must set the same value (InvalidArgument otherwise).
+  bool verify_replicas = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // any collective: a dead rank is an error, never a hang
 };
 

@@ -1,5 +1,8 @@
 #include "capture/stage.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include "capture/contract.h"
 #include "capture/manifest_format.h"
 #include "capture/optimizer_state.h"
@@ -33,6 +36,7 @@ Status StageOrReuse(StagedSnapshot& snapshot, const Reuse& reuse, uint64_t id, c
       if (record.ok() && record->shape == std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) &&
           record->bytes == tensor.nbytes()) {
         snapshot.unchanged.push_back({id, role, *from, name, std::move(*record)});
+        snapshot.unchanged_live.push_back(tensor);
         return Status::OK();
       }
     }
@@ -121,6 +125,68 @@ Status StageTensorExtra(const std::string& name, const TensorStateful* stateful,
   return Status::OK();
 }
 
+// CheckpointerOptions::placement: offers every deferred model and optimizer
+// tensor and every unchanged one (the same set on every process of a run,
+// whichever of them its change tracker found unchanged), sorted by (name,
+// role); records those placed elsewhere in the manifest, drops them, and
+// copies the rest.
+Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
+  struct Offered {
+    const std::string* name;
+    const std::string* role;
+    int64_t deferred;   // index into staging.deferred(), or -1
+    int64_t unchanged;  // index into snapshot.unchanged, or -1
+  };
+  const std::vector<StagedTensor>& deferred = snapshot.staging.deferred();
+  std::vector<Offered> offered;
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    if (deferred[i].role == "extra") continue;  // tensor_extra: always stored here
+    offered.push_back({&deferred[i].name, &deferred[i].role, static_cast<int64_t>(i), -1});
+  }
+  for (size_t i = 0; i < snapshot.unchanged.size(); ++i) {
+    offered.push_back({&snapshot.unchanged[i].name, &snapshot.unchanged[i].role, -1, static_cast<int64_t>(i)});
+  }
+  std::sort(offered.begin(), offered.end(), [](const Offered& a, const Offered& b) {
+    return std::tie(*a.name, *a.role) < std::tie(*b.name, *b.role);
+  });
+  std::vector<PlacementCandidate> candidates;
+  candidates.reserve(offered.size());
+  for (const Offered& o : offered) {
+    const torch::Tensor& live = o.deferred >= 0 ? deferred[static_cast<size_t>(o.deferred)].host
+                                                : snapshot.unchanged_live[static_cast<size_t>(o.unchanged)];
+    candidates.push_back({*o.name, *o.role, static_cast<uint64_t>(live.nbytes()), live});
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<std::string> sources, placement.Place(snapshot.step, candidates));
+  if (sources.size() != candidates.size()) {
+    return Status::InvalidArgument("the placement answered for " + std::to_string(sources.size()) + " of " +
+                                   std::to_string(candidates.size()) + " tensors");
+  }
+  std::vector<bool> keep(deferred.size(), true);
+  std::vector<bool> keep_unchanged(snapshot.unchanged.size(), true);
+  for (size_t i = 0; i < offered.size(); ++i) {
+    if (sources[i].empty()) continue;
+    const Offered& o = offered[i];
+    proto::ExternalTensor* external = snapshot.manifest.add_external_tensors();
+    if (o.deferred >= 0) {
+      keep[static_cast<size_t>(o.deferred)] = false;
+      external->set_id(deferred[static_cast<size_t>(o.deferred)].param_id);
+    } else {
+      keep_unchanged[static_cast<size_t>(o.unchanged)] = false;
+      external->set_id(snapshot.unchanged[static_cast<size_t>(o.unchanged)].param_id);
+    }
+    external->set_role(*o.role);
+    external->set_source(sources[i]);
+  }
+  candidates.clear();  // drops the references to the live tensors
+  std::vector<UnchangedTensor> unchanged;
+  for (size_t i = 0; i < snapshot.unchanged.size(); ++i) {
+    if (keep_unchanged[i]) unchanged.push_back(std::move(snapshot.unchanged[i]));
+  }
+  snapshot.unchanged = std::move(unchanged);
+  snapshot.unchanged_live.clear();
+  return snapshot.staging.Materialize(keep);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
@@ -133,6 +199,7 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
 
   auto snapshot = std::make_unique<StagedSnapshot>();
   snapshot->step = step;
+  if (options.placement != nullptr) snapshot->staging.Defer();
   proto::TrainingManifest& manifest = snapshot->manifest;
   manifest.set_format_version(kManifestFormatVersion);
   manifest.set_step(step);
@@ -197,6 +264,10 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
     TRAINSNAP_RETURN_IF_ERROR(
         StageTensorExtra(name, stateful, state, *snapshot).WithContext("extra state `" + name + "`"));
   }
+  if (options.placement != nullptr) {
+    TRAINSNAP_RETURN_IF_ERROR(PlaceTensors(*options.placement, *snapshot).WithContext("placement"));
+  }
+  snapshot->unchanged_live.clear();
   return snapshot;
 }
 

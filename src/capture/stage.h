@@ -22,6 +22,9 @@ struct StagedSnapshot {
   StagingArea staging;
   // Tensors the change tracker found unchanged: added by reference, not staged.
   std::vector<UnchangedTensor> unchanged;
+  // The live tensor of each `unchanged` entry, for the placement only
+  // (CheckpointerOptions::placement); cleared once it ran.
+  std::vector<torch::Tensor> unchanged_live;
 };
 
 // InvalidArgument for a frozen parameter holding a gradient, a bad tie, a

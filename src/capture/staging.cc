@@ -54,7 +54,33 @@ bool StagingArea::IsAllZeroInPlace(const torch::Tensor& tensor) {
 
 Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name) {
   TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
+  if (deferring_) {
+    TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
+    if (!keys_.emplace(param_id, role).second) {
+      return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
+    }
+    deferred_.push_back({param_id, std::move(role), dtype, tensor, std::move(name)});
+    return Status::OK();
+  }
   return AddHost(param_id, std::move(role), CopyToHost(tensor), std::move(name));
+}
+
+Status StagingArea::Materialize(const std::vector<bool>& keep) {
+  if (keep.size() != deferred_.size()) {
+    return Status::InvalidArgument("placement of " + std::to_string(keep.size()) + " tensors, " +
+                                   std::to_string(deferred_.size()) + " deferred");
+  }
+  std::vector<StagedTensor> deferred = std::move(deferred_);
+  deferred_.clear();
+  deferring_ = false;
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    StagedTensor& staged = deferred[i];
+    keys_.erase(Key(staged.param_id, staged.role));
+    if (!keep[i]) continue;
+    TRAINSNAP_RETURN_IF_ERROR(
+        AddHost(staged.param_id, std::move(staged.role), CopyToHost(staged.host), std::move(staged.name)));
+  }
+  return Status::OK();
 }
 
 Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name) {

@@ -46,6 +46,14 @@ class StagingArea {
   // Stages an existing host copy (from CopyToHost) without copying again.
   Status AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name = {});
 
+  // Placement (CheckpointerOptions::placement): from Defer() on, Add checks
+  // and records its tensor (`host` then holds the live tensor) without
+  // copying it; Materialize(keep) copies those kept and forgets the others.
+  void Defer() { deferring_ = true; }
+  const std::vector<StagedTensor>& deferred() const { return deferred_; }
+  // keep.size() == deferred().size(); copies in deferred() order.
+  Status Materialize(const std::vector<bool>& keep);
+
   const std::vector<StagedTensor>& tensors() const { return tensors_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -55,6 +63,8 @@ class StagingArea {
     size_t operator()(const Key& key) const { return std::hash<std::string>()(key.second) * 31 + key.first; }
   };
   std::vector<StagedTensor> tensors_;
+  bool deferring_ = false;
+  std::vector<StagedTensor> deferred_;
   // Hashed, not ordered: a capture of 150,000 tensors spent a sixth of its
   // stall inserting into an ordered set.
   std::unordered_set<Key, KeyHash> keys_;

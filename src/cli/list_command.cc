@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/human_format.h"
 #include "cli/json_output.h"
+#include "cli/run_dir_commands.h"
 #include "cli/store_access.h"
 #include "cli/table.h"
 #include "distributed/run_dir.h"
@@ -20,13 +21,6 @@ struct ListOptions {
   std::string store;
   bool json = false;
 };
-
-// docs/distributed.md, "Run-directory layout": global/ beside rank-00000/.
-bool IsRunDirectory(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::is_directory(internal::GlobalStorePath(path), ec) &&
-         std::filesystem::is_directory(internal::RankStorePath(path, 0), ec);
-}
 
 // The global steps, read from global/'s records (the per-rank figures each
 // rank reported when the step committed); the rank stores are not opened.

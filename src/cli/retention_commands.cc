@@ -16,6 +16,7 @@
 #include "cli/progress_bar.h"
 #include "cli/standard_output.h"
 #include "cli/retention_plan.h"
+#include "cli/run_dir_commands.h"
 #include "cli/store_access.h"
 #include "cli/table.h"
 
@@ -172,8 +173,23 @@ Status DeleteSteps(const std::string& command, const DeleteOptions& options, Sto
   return PrintDone(options, std::move(doc), steps, gc);
 }
 
+RunDeletion ForRun(const std::string& command, const DeleteOptions& options) {
+  RunDeletion deletion;
+  deletion.command = command;
+  deletion.dry_run = options.dry_run;
+  deletion.yes = options.yes;
+  deletion.json = options.json;
+  return deletion;
+}
+
 Status RunRollback(const DeleteOptions& options) {
   const int64_t keep = options.steps.front();
+  if (IsRunDirectory(options.store)) {
+    RunDeletion deletion = ForRun("rollback", options);
+    deletion.rollback = keep;
+    deletion.ask = true;
+    return DeleteFromRunDirectory(options.store, std::move(deletion));
+  }
   // A usage error (exit 2) never opens the store: without a terminal to ask
   // on and without --yes, refuse before looking at it.
   if (!options.dry_run) {
@@ -194,6 +210,11 @@ Status RunRollback(const DeleteOptions& options) {
 }
 
 Status RunDelete(const DeleteOptions& options) {
+  if (IsRunDirectory(options.store)) {
+    RunDeletion deletion = ForRun("delete", options);
+    deletion.global = options.steps;
+    return DeleteFromRunDirectory(options.store, std::move(deletion));
+  }
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
   // Every step is checked before anything is deleted (duplicates were
   // refused while parsing).
@@ -207,6 +228,11 @@ Status RunDelete(const DeleteOptions& options) {
 }
 
 Status RunPrune(const DeleteOptions& options) {
+  if (IsRunDirectory(options.store)) {
+    RunDeletion deletion = ForRun("prune", options);
+    deletion.policy = options.policy;
+    return DeleteFromRunDirectory(options.store, std::move(deletion));
+  }
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
   auto all = store->List();
   if (!all.ok()) return all.status().WithContext("list snapshots");
@@ -220,6 +246,7 @@ Status RunPrune(const DeleteOptions& options) {
 }
 
 Status RunGc(const DeleteOptions& options) {
+  if (IsRunDirectory(options.store)) return GcRunDirectory(options.store, options.json);
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForWriting(options.store));
   GcReport gc;
   {
@@ -242,7 +269,8 @@ Status RunGc(const DeleteOptions& options) {
 }
 
 void AddCommon(CLI::App* app, DeleteOptions& options, const std::string& command, bool dry_run) {
-  app->add_option("store", options.store, "Path of the store")->required();
+  app->add_option("store", options.store, "Path of the store, or of a run directory (docs/distributed.md)")
+      ->required();
   if (dry_run) app->add_flag("--dry-run", options.dry_run, "Show what would be deleted; change nothing");
   app->add_flag("--json", options.json, "Print JSON (schema trainsnap." + command + "/1, docs/cli.md)");
 }

@@ -13,6 +13,7 @@
 #include "cli/json_output.h"
 #include "cli/param_names.h"
 #include "cli/progress_bar.h"
+#include "cli/run_dir_commands.h"
 #include "cli/store_access.h"
 #include "cli/table.h"
 
@@ -36,6 +37,14 @@ std::string StepList(const std::vector<int64_t>& steps) {
 }
 
 Status RunVerify(const VerifyOptions& options) {
+  if (IsRunDirectory(options.store)) {
+    // A usage error (exit 2), before any store is opened.
+    if (options.repair || options.acknowledge_loss) {
+      return Status::InvalidArgument("usage: --repair and --acknowledge-loss take one store, not the run directory " +
+                                     options.store + " (name global/ or a rank-NNNNN/ inside it)");
+    }
+    return VerifyRunDirectory(options.store, options.step, options.json);
+  }
   // --repair and --acknowledge-loss write: they need the store for writing.
   const bool write = options.repair || options.acknowledge_loss;
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
@@ -176,7 +185,8 @@ Command AddVerifyCommand(CLI::App& parent) {
   app->footer("Re-reads and re-hashes every chunk of STEP, or of every snapshot (--all, the "
               "default); lists each bad step / parameter / role / chunk. Exit code 3 when "
               "corruption is found.");
-  app->add_option("store", options->store, "Path of the store")->required();
+  app->add_option("store", options->store, "Path of the store, or of a run directory (docs/distributed.md)")
+      ->required();
   CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)")->check(StepValidator());
   app->add_flag("--all", options->all, "Verify every snapshot")->excludes(step);
   app->add_flag("--json", options->json, "Print JSON (schema trainsnap.verify/1, docs/cli.md)");

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <filesystem>
 #include <mutex>
@@ -11,6 +13,9 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+
+#define XXH_INLINE_ALL  // header-only: libtrainsnap does not export XXH3
+#include <xxhash.h>
 
 #include "capture/pipeline.h"
 #include "distributed/rank_group.h"
@@ -65,7 +70,123 @@ Status CheckExtraKeys(const TrainingState& state) {
   return Status::OK();
 }
 
+// A candidate the placement balances over the ranks: model tensors when
+// model_replicated, optimizer state when optimizer_replicated.
+bool IsReplicated(const PlacementCandidate& candidate, const DistributedOptions& options) {
+  const bool model = candidate.role == "param" || candidate.role == "buffer";
+  return model ? options.model_replicated : options.optimizer_replicated;
+}
+
+uint64_t Mix(uint64_t hash, const void* data, size_t size) {
+  return XXH3_64bits_withSeed(data, size, hash);
+}
+
+// XXH3 of a tensor's bytes (a contiguous host copy first, when needed).
+uint64_t TensorHash(const torch::Tensor& tensor) {
+  torch::Tensor host = tensor.detach();
+  if (!host.device().is_cpu() || !host.is_contiguous()) host = host.to(torch::kCPU).contiguous();
+  return XXH3_64bits(host.data_ptr(), host.nbytes());
+}
+
 }  // namespace
+
+// What the placement decided for one capture: read by CaptureAsync once the
+// local Checkpointer staged (the placement runs inside its staging).
+struct Placed {
+  int64_t step = 0;
+  // (name, role, bytes) of every replicated tensor, in candidate order: equal
+  // on every rank that holds the same replicated state.
+  uint64_t fingerprint = 0;
+  uint64_t owned_bytes = 0;  // replicated bytes this rank stores
+  // verify_replicas: "`name` role R" and the XXH3 of each replicated tensor.
+  std::vector<std::string> names;
+  std::vector<uint64_t> hashes;
+};
+
+// Replicated tensors are written once in all: each goes to one owner rank,
+// greedily, largest first (ties by (name, role)), to the rank with the
+// fewest bytes so far (ties: the lowest rank). Every rank computes the same
+// owners from the same candidates; rank-local tensors stay here.
+class ReplicaPlacement final : public TensorPlacement {
+ public:
+  ReplicaPlacement(const DistributedOptions& options, int rank, int size)
+      : options_(options), rank_(rank), size_(size) {}
+
+  Result<std::vector<std::string>> Place(int64_t step, const std::vector<PlacementCandidate>& candidates) override {
+    Placed placed;
+    placed.step = step;
+    std::vector<size_t> replicated;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (IsReplicated(candidates[i], options_)) replicated.push_back(i);
+    }
+    uint64_t fingerprint = 0;
+    for (size_t i : replicated) {
+      const PlacementCandidate& c = candidates[i];
+      fingerprint = Mix(fingerprint, c.name.data(), c.name.size() + 1);  // with the NUL: "ab"+"c" != "a"+"bc"
+      fingerprint = Mix(fingerprint, c.role.data(), c.role.size() + 1);
+      fingerprint = Mix(fingerprint, &c.bytes, sizeof(c.bytes));
+      if (options_.verify_replicas) {
+        placed.names.push_back("`" + c.name + "` role " + c.role);
+        placed.hashes.push_back(TensorHash(c.tensor));
+      }
+    }
+    placed.fingerprint = fingerprint;
+    std::vector<size_t> order = replicated;
+    // Candidates come sorted by (name, role): a stable sort by bytes keeps
+    // that order among equal sizes.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return candidates[a].bytes > candidates[b].bytes; });
+    std::vector<uint64_t> load(static_cast<size_t>(size_), 0);
+    std::vector<std::string> sources(candidates.size());
+    for (size_t i : order) {
+      const size_t owner = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[owner] += candidates[i].bytes;
+      if (static_cast<int>(owner) != rank_) sources[i] = RankStoreName(static_cast<int>(owner));
+    }
+    placed.owned_bytes = load[static_cast<size_t>(rank_)];
+    placed_ = std::move(placed);
+    return sources;
+  }
+
+  // The decision of the last Place for `step`, moved out.
+  std::optional<Placed> Take(int64_t step) {
+    if (!placed_.has_value() || placed_->step != step) return std::nullopt;
+    std::optional<Placed> out = std::move(placed_);
+    placed_.reset();
+    return out;
+  }
+
+ private:
+  const DistributedOptions& options_;
+  const int rank_;
+  const int size_;
+  std::optional<Placed> placed_;  // training thread only
+};
+
+// The other ranks' stores of the run, opened read-only on first use for one
+// restore (every rank's committer is idle then: nothing writes them).
+class RankSources final : public TensorSources {
+ public:
+  RankSources(std::string run_dir, int size) : run_dir_(std::move(run_dir)), size_(size) {}
+
+  Result<Store*> Source(const std::string& source) override {
+    const int rank = ParseRankStoreName(source);
+    if (rank < 0 || rank >= size_) {
+      return Status::Corruption("the snapshot names source `" + source + "`, no rank store of a run of " +
+                                std::to_string(size_) + " ranks");
+    }
+    std::unique_ptr<Store>& store = stores_[rank];
+    if (!store) {
+      TRAINSNAP_ASSIGN_OR_RETURN(store, Store::OpenReadOnly(RankStorePath(run_dir_, rank)));
+    }
+    return store.get();
+  }
+
+ private:
+  const std::string run_dir_;
+  const int size_;
+  std::map<int, std::unique_ptr<Store>> stores_;
+};
 
 // The Stateful every rank adds under kRankKey. At capture it records which
 // rank of how many wrote the snapshot. At restore its LoadState is the
@@ -130,6 +251,7 @@ class DistributedState {
     Status staged;  // a staging error of this rank; OK when `local` was returned
     CaptureHandle local;
     std::shared_ptr<CaptureState> global;
+    std::optional<Placed> placed;  // the placement's decision; absent when staging failed before it
   };
 
   DistributedState(std::string run_dir, DistributedOptions options) : run_dir_(std::move(run_dir)),
@@ -157,6 +279,11 @@ class DistributedState {
  private:
   void CommitterLoop();
   Status CommitGlobally(const Pending& pending);
+  // After every rank committed locally: the replicated tensors are the same
+  // (names, roles, sizes) on every rank, and with verify_replicas, hold the
+  // same bytes. The same status on every rank (it depends on `reports` and
+  // collectives only).
+  Status CheckReplicas(const Pending& pending, const std::vector<RankReport>& reports, const std::string& what);
   // Rank 0: commits the global record of `step`, then deletes the global
   // records retention drops, in order, up to the first failure; returns how
   // many it deleted (the other ranks delete their snapshots of those only).
@@ -174,6 +301,7 @@ class DistributedState {
   std::unique_ptr<Store> local_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RankAgreement> capture_tag_;  // SaveState only: names the rank in every local snapshot
+  std::unique_ptr<ReplicaPlacement> placement_;  // the local Checkpointer's TensorPlacement
 
   // Lock order: mu_ only; never held across a collective or a store call.
   std::mutex mu_;
@@ -252,7 +380,12 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
     }
   }
   try {
-    checkpointer_ = std::make_unique<Checkpointer>(*local_, options_.checkpointer);
+    CheckpointerOptions checkpointer_options = options_.checkpointer;
+    if (options_.model_replicated || options_.optimizer_replicated) {
+      placement_ = std::make_unique<ReplicaPlacement>(options_, rank(), size());
+      checkpointer_options.placement = placement_.get();
+    }
+    checkpointer_ = std::make_unique<Checkpointer>(*local_, checkpointer_options);
     committer_ = std::thread([this] { CommitterLoop(); });
   } catch (const std::exception& e) {  // std::system_error, std::bad_alloc
     return Status::Aborted("open " + run_dir_ + ": cannot start the committer thread: " + e.what());
@@ -274,6 +407,7 @@ Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const Trainin
     TrainingState tagged = state;
     tagged.extra[kRankKey] = capture_tag_.get();
     Result<CaptureHandle> local = checkpointer_->CaptureAsync(step, tagged);
+    if (placement_) pending.placed = placement_->Take(step);
     if (local.ok()) {
       pending.local = std::move(local).value();
     } else {
@@ -342,6 +476,8 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
     }
   }
   const bool local_committed = pending.staged.ok() && mine.status.ok();
+  if (pending.placed.has_value()) mine.values[4] = static_cast<int64_t>(pending.placed->fingerprint);
+  mine.values[5] = options_.verify_replicas ? 1 : 0;
   // Phase 2: agree on every rank's outcome.
   Result<std::vector<RankReport>> reports = Agree(mine, what);
   if (!reports.ok()) return reports.status();
@@ -352,6 +488,12 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
                                        std::to_string(step) + ", rank " + std::to_string(r) + " captures " +
                                        std::to_string((*reports)[r].values[0]));
     }
+  }
+  if (agreed.ok()) agreed = CheckReplicas(pending, *reports, what).WithContext(what);
+  if (group_->broken()) {  // the replica exchange failed: as a failed agreement (the outcome is known: not global)
+    std::unique_lock<std::mutex> lock(mu_);
+    broken_ = agreed;
+    return agreed;
   }
   // Phase 3: rank 0 commits the global record (one transaction), then tells
   // every rank how that went.
@@ -393,6 +535,47 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   bool deleted = false;
   for (int64_t gone : drop) deleted = local_->Delete(gone).ok() || deleted;
   if (deleted) (void)local_->CollectGarbage();  // as a store's own retention: failures are retried next time
+  return Status::OK();
+}
+
+Status DistributedState::CheckReplicas(const Pending& pending, const std::vector<RankReport>& reports,
+                                       const std::string& what) {
+  for (size_t r = 1; r < reports.size(); ++r) {
+    if (reports[r].values[5] != reports[0].values[5]) {
+      return Status::InvalidArgument("verify_replicas is " + std::string(reports[0].values[5] ? "on" : "off") +
+                                     " on rank 0, " + (reports[r].values[5] ? "on" : "off") + " on rank " +
+                                     std::to_string(r));
+    }
+    if (reports[r].values[4] != reports[0].values[4]) {
+      return Status::InvalidArgument("the ranks hold different replicated tensors (names, roles or sizes): rank " +
+                                     std::to_string(r) + " differs from rank 0");
+    }
+  }
+  if (reports[0].values[5] == 0) return Status::OK();
+  // Every rank's hashes, in candidate order (the same tensors everywhere:
+  // the fingerprints agree).
+  const std::vector<uint64_t> none;
+  const std::vector<uint64_t>& hashes = pending.placed.has_value() ? pending.placed->hashes : none;
+  std::string mine(reinterpret_cast<const char*>(hashes.data()), hashes.size() * sizeof(uint64_t));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<std::string> all, group_->AllGather(mine, what + ": replica hashes"));
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    std::vector<int> differ;
+    uint64_t first = 0;
+    for (size_t r = 0; r < all.size(); ++r) {
+      uint64_t hash = 0;
+      if (all[r].size() != mine.size()) return Status::InvalidArgument("replica hashes of another size on rank " +
+                                                                      std::to_string(r));
+      std::memcpy(&hash, all[r].data() + i * sizeof(uint64_t), sizeof(uint64_t));
+      if (r == 0) first = hash;
+      if (hash != first) differ.push_back(static_cast<int>(r));
+    }
+    if (differ.empty()) continue;
+    std::string ranks;
+    for (int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    return Status::InvalidArgument("verify_replicas: replicated tensor " + pending.placed->names[i] +
+                                   " differs between ranks: rank" + (differ.size() > 1 ? "s " : " ") + ranks +
+                                   " hold" + (differ.size() > 1 ? "" : "s") + " other bytes than rank 0");
+  }
   return Status::OK();
 }
 
@@ -515,7 +698,10 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
   }
   TrainingState tagged = target;
   tagged.extra[kRankKey] = &agreement;
-  Status local = checkpointer_->Restore(step, tagged);
+  RankSources sources(run_dir_, size());  // the replicated tensors other ranks stored
+  RestoreOptions restore_options;
+  restore_options.sources = &sources;
+  Status local = checkpointer_->Restore(step, tagged, restore_options);
   if (!agreement.reached()) (void)agreement.Agree(local.ok() ? Status::Aborted("the rank agreement did not run")
                                                              : local);
   if (agreement.collective_failed()) {

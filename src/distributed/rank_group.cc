@@ -1,6 +1,8 @@
 #include "distributed/rank_group.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <filesystem>
 #include <random>
 #include <system_error>
@@ -14,9 +16,10 @@ namespace trainsnap::internal {
 
 namespace {
 
-// Wire layout of one report: int32 code, int32 message length, 4 x int64
+// Wire layout of one report: int32 code, int32 message length, the int64
 // values, then the message bytes.
-constexpr size_t kHeaderBytes = 8 + 4 * 8;
+constexpr size_t kValueBytes = std::tuple_size<decltype(RankReport::values)>::value * 8;
+constexpr size_t kHeaderBytes = 8 + kValueBytes;
 constexpr size_t kSlotBytes = kHeaderBytes + kReportMessageBytes;
 
 void Encode(const RankReport& report, uint8_t* slot) {
@@ -26,7 +29,7 @@ void Encode(const RankReport& report, uint8_t* slot) {
   const int32_t length = static_cast<int32_t>(std::min(message.size(), kReportMessageBytes));
   std::memcpy(slot, &code, 4);
   std::memcpy(slot + 4, &length, 4);
-  std::memcpy(slot + 8, report.values.data(), 4 * 8);
+  std::memcpy(slot + 8, report.values.data(), kValueBytes);
   std::memcpy(slot + kHeaderBytes, message.data(), static_cast<size_t>(length));
 }
 
@@ -35,7 +38,7 @@ RankReport Decode(const uint8_t* slot) {
   RankReport report;
   std::memcpy(&code, slot, 4);
   std::memcpy(&length, slot + 4, 4);
-  std::memcpy(report.values.data(), slot + 8, 4 * 8);
+  std::memcpy(report.values.data(), slot + 8, kValueBytes);
   if (length < 0 || static_cast<size_t>(length) > kReportMessageBytes) length = 0;
   std::string message(reinterpret_cast<const char*>(slot + kHeaderBytes), static_cast<size_t>(length));
   if (code != 0) report.status = Status(static_cast<StatusCode>(code), std::move(message));
@@ -113,6 +116,36 @@ Result<std::unique_ptr<RankGroup>> RankGroup::Create(const std::string& run_dir,
   } catch (const std::exception& e) {
     return Status::Aborted("open: the checkpointer's Gloo group did not form within " + TimeoutText(timeout) +
                            " (rendezvous " + file + "): " + ExceptionText(e));
+  }
+}
+
+Result<std::vector<std::string>> RankGroup::AllGather(const std::string& mine, const std::string& what) {
+  // The lengths first, then every rank's bytes padded to the longest.
+  RankReport length;
+  length.values[0] = static_cast<int64_t>(mine.size());
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> lengths, Agree(length, what));
+  int64_t longest = 1;
+  for (const RankReport& report : lengths) longest = std::max(longest, report.values[0]);
+  try {
+    at::Tensor input = at::zeros({longest}, at::kByte);
+    std::memcpy(input.data_ptr<uint8_t>(), mine.data(), mine.size());
+    std::vector<at::Tensor> inputs{input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty({longest}, at::kByte));
+    c10::intrusive_ptr<c10d::Work> work = group_->allgather(outputs, inputs);
+    if (!work->wait(timeout_)) throw std::runtime_error("timed out after " + TimeoutText(timeout_));
+    std::vector<std::string> gathered;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t size = std::clamp<int64_t>(lengths[static_cast<size_t>(r)].values[0], 0, longest);
+      gathered.emplace_back(reinterpret_cast<const char*>(outputs[0][static_cast<size_t>(r)].data_ptr<uint8_t>()),
+                            static_cast<size_t>(size));
+    }
+    return gathered;
+  } catch (const std::exception& e) {
+    broken_ = Status::Aborted(what + ": a collective of the " + std::to_string(size_) +
+                              " ranks failed (a rank died or did not take part within " + TimeoutText(timeout_) +
+                              "): " + ExceptionText(e));
+    return broken_;
   }
 }
 

@@ -21,7 +21,7 @@ namespace trainsnap::internal {
 // kReportMessageBytes on the wire.
 struct RankReport {
   Status status;
-  std::array<int64_t, 4> values{};
+  std::array<int64_t, 6> values{};
 };
 inline constexpr size_t kReportMessageBytes = 4000;
 
@@ -46,6 +46,8 @@ class RankGroup {
   // fails; the group is broken from then on and every later call fails with
   // the same status.
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
+  // Every rank's `mine` (any length), by rank. Failures as Agree's.
+  Result<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what);
 
  private:
   RankGroup(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int size, std::chrono::milliseconds timeout);

@@ -39,10 +39,23 @@ std::vector<std::string_view> Fields(std::string_view line) {
 
 }  // namespace
 
-std::string RankStorePath(const std::string& run_dir, int rank) {
+std::string RankStoreName(int rank) {
   char name[32];
   std::snprintf(name, sizeof(name), "rank-%05d", rank);
-  return run_dir + "/" + name;
+  return name;
+}
+
+std::string RankStorePath(const std::string& run_dir, int rank) { return run_dir + "/" + RankStoreName(rank); }
+
+int ParseRankStoreName(std::string_view name) {
+  constexpr std::string_view kPrefix = "rank-";
+  if (name.size() != kPrefix.size() + 5 || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  int rank = 0;
+  for (char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    rank = rank * 10 + (c - '0');
+  }
+  return rank;
 }
 
 std::string GlobalStorePath(const std::string& run_dir) { return run_dir + "/global"; }

@@ -14,6 +14,9 @@ namespace trainsnap::internal {
 
 std::string RankStorePath(const std::string& run_dir, int rank);  // <run_dir>/rank-00003
 std::string GlobalStorePath(const std::string& run_dir);          // <run_dir>/global
+std::string RankStoreName(int rank);                              // rank-00003
+// The rank a RankStoreName names; -1 for any other text.
+int ParseRankStoreName(std::string_view name);
 // Prefix of the rendezvous files of the checkpointer's private Gloo group.
 inline constexpr char kRendezvousPrefix[] = ".c10d-";
 

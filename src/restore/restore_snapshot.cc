@@ -1,5 +1,6 @@
 #include "restore/restore_snapshot.h"
 
+#include <map>
 #include <string_view>
 #include <unordered_set>
 
@@ -79,6 +80,41 @@ class LaterSnapshotsDiscarder final : public Stateful {
   const int64_t step_;
 };
 
+// DecodeTensors over the stores that hold the snapshot's tensors: this one,
+// and the sources of its external tensors (CheckpointerOptions::placement).
+Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::TrainingManifest& manifest,
+                                    const std::vector<WantedTensor>& wanted, TensorSources* sources) {
+  if (manifest.external_tensors().empty()) return DecodeTensors(store, step, wanted);
+  std::map<TensorKey, const std::string*> external;
+  for (const proto::ExternalTensor& tensor : manifest.external_tensors()) {
+    external.emplace(TensorKey(tensor.id(), tensor.role()), &tensor.source());
+  }
+  std::vector<WantedTensor> here;
+  std::map<std::string, std::vector<WantedTensor>> elsewhere;  // by source
+  for (const WantedTensor& want : wanted) {
+    auto it = external.find(TensorKey(want.param_id, want.role));
+    if (it == external.end()) {
+      here.push_back(want);
+      continue;
+    }
+    if (sources == nullptr) {
+      return Status::NotSupported("tensor `" + want.name + "` role " + want.role + " is stored in source `" +
+                                  *it->second + "` (a multi-process run's store): RestoreOptions::sources is not set");
+    }
+    elsewhere[*it->second].push_back(want);
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, here));
+  for (const auto& [source, group] : elsewhere) {
+    Result<Store*> opened = sources->Source(source);
+    if (!opened.ok()) return opened.status().WithContext("source `" + source + "`");
+    if (*opened == nullptr) return Status::InvalidArgument("source `" + source + "`: resolved to no store");
+    Result<DecodedTensors> part = DecodeTensors(**opened, step, group);
+    if (!part.ok()) return part.status().WithContext("source `" + source + "`");
+    decoded.merge(*part);
+  }
+  return decoded;
+}
+
 }  // namespace
 
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
@@ -128,7 +164,7 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
                                   .WithContext(OptimizerName(stored.name())));
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, wanted));
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodePlaced(store, step, manifest, wanted, options.sources));
 
   // Prepare every write; still nothing live is touched.
   RestorePlan plan;

@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "distributed/dist_rig.h"
 #include "trainsnap/distributed.h"
 
@@ -251,6 +253,94 @@ int Run() {
     }
     Put("at_four", job.Dump() == at_four ? "1" : "0");
     listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    return 0;
+  }
+  if (scenario == "replicas") {
+    // Every rank trains the same model on the same batches (no allreduce
+    // needed): its replicated state is equal on every rank. Layers 0-1 are
+    // frozen (a base, captured with ModelState::kFull). Steps 1-2 captured,
+    // then step 1 restored: every rank reads the tensors other ranks stored.
+    options.checkpointer.model_state = trainsnap::ModelState::kFull;
+    options.verify_replicas = IntFlag("verify", 0) != 0;
+    torch::manual_seed(11);
+    torch::nn::Sequential net;
+    for (int i = 0; i < 8; ++i) net->push_back(torch::nn::Linear(48, 48));
+    std::vector<torch::Tensor> trainable;
+    int64_t frozen_bytes = 0;
+    for (const auto& item : net->named_parameters()) {
+      const bool frozen = item.key().rfind("0.", 0) == 0 || item.key().rfind("1.", 0) == 0;
+      item.value().set_requires_grad(!frozen);
+      if (frozen) frozen_bytes += static_cast<int64_t>(item.value().nbytes());
+      if (!frozen) trainable.push_back(item.value());
+    }
+    torch::optim::AdamW optimizer(trainable, torch::optim::AdamWOptions(1e-2));
+    TrainingState state;
+    state.model = net.ptr().get();
+    state.optimizer = &optimizer;
+    auto dump = [&] {
+      std::string bytes;
+      auto append = [&](const torch::Tensor& t) {
+        torch::Tensor c = t.detach().contiguous();
+        bytes.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+      };
+      for (const torch::Tensor& p : net->parameters()) append(p);
+      for (const torch::Tensor& p : trainable) {
+        const auto& s = static_cast<const torch::optim::AdamWParamState&>(
+            *optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+        bytes += std::to_string(s.step()) + ";";
+        append(s.exp_avg());
+        append(s.exp_avg_sq());
+      }
+      return bytes;
+    };
+    auto train = [&](int64_t step) {
+      torch::Generator data = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(step));
+      torch::Tensor x = torch::randn({8, 48}, data);
+      optimizer.zero_grad();
+      torch::mse_loss(net->forward(x), x).backward();
+      optimizer.step();
+    };
+    auto checkpointer = OpenOrFail(group, options);
+    std::string at_one;
+    for (int64_t step = 1; step <= 2; ++step) {
+      train(step);
+      Status captured = checkpointer->Capture(step, state);
+      if (!captured.ok()) Fail("capture", captured);
+      if (step == 1) at_one = dump();
+    }
+    int64_t replicated_bytes = 0;
+    for (const torch::Tensor& p : net->parameters()) replicated_bytes += static_cast<int64_t>(p.nbytes());
+    for (const torch::Tensor& p : trainable) replicated_bytes += 2 * static_cast<int64_t>(p.nbytes());
+    Put("replicated_bytes", std::to_string(replicated_bytes));
+    Put("frozen_bytes", std::to_string(frozen_bytes));
+    PutStatus("restore_", checkpointer->Restore(1, state));
+    Put("restored_equal", dump() == at_one ? "1" : "0");
+    train(2);
+    if (options.verify_replicas) {
+      // One rank's replica drifts: step 3 fails on every rank, then captures
+      // once the replica is equal again.
+      const int bad = static_cast<int>(IntFlag("bad", -1));
+      torch::Tensor weight = net[5]->as<torch::nn::Linear>()->weight;
+      torch::Tensor saved = weight.detach().clone();
+      if (rank == bad) {
+        torch::NoGradGuard no_grad;
+        weight.view(-1)[7].add_(1e-3);
+      }
+      PutStatus("diverged_", checkpointer->Capture(3, state));
+      auto listed = checkpointer->Steps();
+      if (!listed.ok()) Fail("steps", listed.status());
+      Put("steps_after_divergence", Join(*listed));
+      {
+        torch::NoGradGuard no_grad;
+        weight.copy_(saved);
+      }
+      PutStatus("equal_again_", checkpointer->Capture(3, state));
+    }
+    Status flushed = checkpointer->Flush();
+    PutStatus("flush_", flushed);
+    auto listed = checkpointer->Steps();
     if (!listed.ok()) Fail("steps", listed.status());
     Put("steps", Join(*listed));
     return 0;

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -386,6 +388,114 @@ TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdentica
   const std::string& message = results[0].values.at("restore_message");
   EXPECT_EQ(message.rfind("rank 1: ", 0), 0u) << message;
   EXPECT_NE(message.find("restore step 2"), std::string::npos) << message;
+}
+
+std::string RankStore(const std::string& run, int rank) {
+  char name[16];
+  std::snprintf(name, sizeof(name), "rank-%05d", rank);
+  return run + "/" + name;
+}
+
+// 4 data-parallel ranks, a model with a frozen base (ModelState::kFull) and
+// AdamW: every replicated tensor (parameters, buffers, optimizer state) is in
+// exactly one rank's store, the ranks' shares within 10 % of each other's
+// mean, the frozen base is reused (0 new bytes) by its owner at the next
+// step, and a restore on every rank reads the other ranks' tensors bitwise.
+TEST(DistributedCheckpointerTest, ReplicatedStateIsStoredOnceInAllBalancedAndReadByEveryRank) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const int world = 4;
+  std::vector<RankResult> results = RunAll(dir.path(), "replicas", world, {{"scenario", "replicas"}, {"run_dir", run}});
+  ExpectAllExited(results);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(results[r].values.at("restore_code"), "OK") << results[r].values.at("restore_message");
+    EXPECT_EQ(results[r].values.at("restored_equal"), "1");
+    EXPECT_EQ(results[r].values.at("steps"), "1,2");
+  }
+  const uint64_t replicated = std::stoull(results[0].values.at("replicated_bytes"));
+  const uint64_t frozen = std::stoull(results[0].values.at("frozen_bytes"));
+  ASSERT_EQ(replicated, 8u * 3 * (48 * 48 + 48) * 4 - 2u * 2 * (48 * 48 + 48) * 4);  // 6 trainable layers x 3, 2 frozen x 1
+  std::vector<std::unique_ptr<trainsnap::Store>> stores;
+  for (int r = 0; r < world; ++r) {
+    auto store = trainsnap::Store::OpenReadOnly(RankStore(run, r));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    stores.push_back(std::move(store).value());
+  }
+  for (int64_t step : {1, 2}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::map<std::pair<uint64_t, std::string>, int> holders;
+    std::vector<uint64_t> share(world, 0);
+    uint64_t total = 0;
+    for (int r = 0; r < world; ++r) {
+      auto records = stores[r]->Tensors(step);
+      ASSERT_TRUE(records.ok()) << records.status().ToString();
+      for (const trainsnap::TensorRecord& record : *records) {
+        if (record.role == "grad") continue;  // rank-local
+        ++holders[{record.param_id, record.role}];
+        share[r] += record.bytes;
+        total += record.bytes;
+      }
+    }
+    EXPECT_EQ(total, replicated);  // once in all
+    EXPECT_EQ(holders.size(), 6u * 2 * 3 + 2u * 2);
+    for (const auto& [key, count] : holders) EXPECT_EQ(count, 1) << key.first << " " << key.second;
+    const double mean = static_cast<double>(total) / world;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_LE(std::abs(static_cast<double>(share[r]) - mean), 0.1 * mean) << "rank " << r << ": " << share[r];
+    }
+  }
+  // Step 2: the frozen base's records are those of step 1 (reused, not
+  // written again), and no rank wrote new chunks for them.
+  uint64_t reused = 0, changed_stored = 0, new_bytes = 0;
+  for (int r = 0; r < world; ++r) {
+    auto one = stores[r]->Tensors(1);
+    auto two = stores[r]->Tensors(2);
+    ASSERT_TRUE(one.ok() && two.ok());
+    std::map<std::pair<uint64_t, std::string>, const trainsnap::TensorRecord*> before;
+    for (const auto& record : *one) before[{record.param_id, record.role}] = &record;
+    for (const auto& record : *two) {
+      auto it = before.find({record.param_id, record.role});
+      bool same = it != before.end() && it->second->chunks.size() == record.chunks.size();
+      for (size_t c = 0; same && c < record.chunks.size(); ++c) same = it->second->chunks[c].hash == record.chunks[c].hash;
+      if (same) {
+        reused += record.bytes;
+      } else {
+        for (const auto& chunk : record.chunks) changed_stored += chunk.stored_bytes;
+      }
+    }
+    auto info = stores[r]->Info(2);
+    ASSERT_TRUE(info.ok());
+    new_bytes += info->new_bytes;
+  }
+  EXPECT_EQ(reused, frozen);
+  EXPECT_LE(new_bytes, changed_stored);
+  EXPECT_GT(frozen, changed_stored - new_bytes + 1);  // the base's bytes are not among the new ones
+}
+
+// verify_replicas: one rank's parameter drifts; the capture fails on every
+// rank with the same InvalidArgument naming the tensor and the rank, the step
+// does not become global, and captures once the replica is equal again.
+TEST(DistributedCheckpointerTest, VerifyReplicasFailsTheCaptureOnEveryRankNamingTheTensorAndRank) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const int world = 3;
+  std::vector<RankResult> results = RunAll(dir.path(), "verify", world,
+      {{"scenario", "replicas"}, {"run_dir", run}, {"verify", "1"}, {"bad", "2"}});
+  ExpectAllExited(results);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(results[r].values.at("restored_equal"), "1");
+    EXPECT_EQ(results[r].values.at("diverged_code"), "InvalidArgument");
+    EXPECT_EQ(results[r].values.at("diverged_message"),
+              "capture step 3: verify_replicas: replicated tensor `5.weight` role param differs between ranks: "
+              "rank 2 holds other bytes than rank 0");
+    EXPECT_EQ(results[r].values.at("steps_after_divergence"), "1,2");
+    EXPECT_EQ(results[r].values.at("equal_again_code"), "OK") << results[r].values.at("equal_again_message");
+    EXPECT_EQ(results[r].values.at("flush_code"), "InvalidArgument");  // the first error since the last Flush
+    EXPECT_EQ(results[r].values.at("steps"), "1,2,3");
+  }
+  EXPECT_EQ(GlobalSteps(run), (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST(DistributedCheckpointerTest, WorldSizeMismatchIsContractMismatchNamingBothSizes) {
