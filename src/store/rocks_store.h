@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <map>
 #include <mutex>
@@ -157,6 +158,13 @@ class RocksStore final : public Store {
   WriteMark MarkWrite() const;
   bool FailedInBackground(const WriteMark& mark);
   Status CheckWrite(const rocksdb::Status& s, std::string_view context);
+  // The one write path of batches that may be written twice (idempotent):
+  // writes `batch` under the held view; when it fails because a background
+  // job failed (or a recovery ran) after PrepareWrite looked, recovers and
+  // writes it once more. Caller holds the view in *view_lock, not db_mu_
+  // otherwise.
+  Status WriteWithRecovery(rocksdb::WriteBatch* batch, const rocksdb::WriteOptions& wo, std::string_view context,
+                           std::shared_lock<std::shared_mutex>* view_lock);
   Status LoadOrCreateMeta(const StoreOptions& options);
   // Before a writable open of an existing database: that it is a trainsnap
   // store of a known format version whose fixed options match `options`,
@@ -228,6 +236,11 @@ class RocksStore final : public Store {
   // errors[read], guarded by errors_mu.
   void ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
                       const std::vector<TensorRead>& reads, std::vector<Status>* errors, std::mutex* errors_mu);
+  // Calls `visit` with the key and value of every tensor record of `step`
+  // (tensors CF, snapshot format 1) at `ro`, in key order; stops at the
+  // first error `visit` returns.
+  using RecordVisitor = std::function<Status(std::string_view key, std::string_view value)>;
+  Status ScanTensorRecords(int64_t step, const rocksdb::ReadOptions& ro, const RecordVisitor& visit);
   // Reads, decodes (hash checked) and parses one record group at `ro`.
   Result<std::vector<TensorRecord>> ReadRecordGroup(const RecordGroupRef& group, const rocksdb::ReadOptions& ro);
   // The tensor records of a snapshot whose record is `data`, at `ro`: from

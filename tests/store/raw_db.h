@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include "store/column_families.h"
+
 namespace trainsnap::testing {
 
 class RawDb {
@@ -17,8 +19,13 @@ class RawDb {
     rocksdb::ColumnFamilyOptions chunks;
     chunks.enable_blob_files = true;
     chunks.min_blob_size = 4096;
-    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-        {rocksdb::kDefaultColumnFamilyName, {}}, {"meta", {}}, {"snapshots", {}}, {"tensors", {}}, {"chunks", chunks}, {"chunk_deps", {}}};
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+    for (size_t i = 0; i < internal::kColumnFamilyCount; ++i) {
+      const auto cf = static_cast<internal::ColumnFamily>(i);
+      cfs.push_back({internal::ColumnFamilyName(cf), cf == internal::ColumnFamily::kChunks
+                                                         ? chunks
+                                                         : rocksdb::ColumnFamilyOptions()});
+    }
     rocksdb::DB* db = nullptr;
     status_ = rocksdb::DB::Open(rocksdb::DBOptions(), path, cfs, &handles_, &db);
     db_.reset(db);
@@ -29,11 +36,12 @@ class RawDb {
   bool ok() const { return status_.ok(); }
   std::string error() const { return status_.ToString(); }
   rocksdb::DB* db() { return db_.get(); }
-  rocksdb::ColumnFamilyHandle* meta() { return handles_[1]; }
-  rocksdb::ColumnFamilyHandle* snapshots() { return handles_[2]; }
-  rocksdb::ColumnFamilyHandle* tensors() { return handles_[3]; }
-  rocksdb::ColumnFamilyHandle* chunks() { return handles_[4]; }
-  rocksdb::ColumnFamilyHandle* chunk_deps() { return handles_[5]; }
+  rocksdb::ColumnFamilyHandle* handle(internal::ColumnFamily cf) { return handles_[static_cast<size_t>(cf)]; }
+  rocksdb::ColumnFamilyHandle* meta() { return handle(internal::ColumnFamily::kMeta); }
+  rocksdb::ColumnFamilyHandle* snapshots() { return handle(internal::ColumnFamily::kSnapshots); }
+  rocksdb::ColumnFamilyHandle* tensors() { return handle(internal::ColumnFamily::kTensors); }
+  rocksdb::ColumnFamilyHandle* chunks() { return handle(internal::ColumnFamily::kChunks); }
+  rocksdb::ColumnFamilyHandle* chunk_deps() { return handle(internal::ColumnFamily::kChunkDeps); }
 
   // XORs byte `offset` of the value stored under `key` in `cf` with 0x01.
   void FlipByte(rocksdb::ColumnFamilyHandle* cf, const std::string& key, size_t offset) {

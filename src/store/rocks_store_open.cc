@@ -1,0 +1,431 @@
+// Opening and closing a store: option checks, what is at the path, the
+// RocksDB instance (writable or read-only) and Refresh.
+#include "store/rocks_store.h"
+#include "store/rocks_store_internal.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "store.pb.h"
+#include "store/chunk_codec.h"
+#include "store/commit_log.h"
+#include "store/rocksdb_status.h"
+#include "store/store_pin.h"
+#include "store/thread_priority.h"
+
+namespace trainsnap::internal {
+
+namespace {
+
+enum class PathKind {
+  kAbsent,    // nothing: a writable open may create a store
+  kEmptyDir,  // an empty directory: likewise
+  kDatabase,  // a directory with a CURRENT file: a RocksDB database
+};
+
+// The entries of a directory that is neither empty nor a database, named for
+// an error message: a trainsnap store whose CURRENT file is missing (its
+// OPTIONS file names trainsnap's column families), another RocksDB database
+// without CURRENT, or unrelated files.
+Status DescribeNotADatabase(const std::string& path, const std::vector<std::string>& names,
+                            const std::string& context) {
+  std::string newest_options;
+  bool rocksdb_files = false;
+  for (const std::string& n : names) {
+    if (n.rfind("OPTIONS-", 0) == 0 && n > newest_options) newest_options = n;
+    const std::string ext = fs::path(n).extension().string();
+    if (n.rfind("MANIFEST-", 0) == 0 || n == "IDENTITY" || ext == ".sst" || ext == ".blob" || ext == ".log") {
+      rocksdb_files = true;
+    }
+  }
+  const std::string unchanged = "; nothing in it was changed";
+  if (!newest_options.empty()) {
+    std::ifstream in(fs::path(path) / newest_options);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string options = text.str();
+    bool ours = true;
+    for (const char* cf : {ColumnFamilyName(ColumnFamily::kMeta), ColumnFamilyName(ColumnFamily::kSnapshots),
+                         ColumnFamilyName(ColumnFamily::kTensors), ColumnFamilyName(ColumnFamily::kChunks)}) {
+      ours = ours && options.find(std::string("[CFOptions \"") + cf + "\"]") != std::string::npos;
+    }
+    if (ours) {
+      return Status::Corruption(context + ": a trainsnap store whose CURRENT file is missing (" + newest_options +
+                                " names the store's column families); restore CURRENT, or the store from a copy" +
+                                unchanged);
+    }
+    rocksdb_files = true;
+  }
+  if (rocksdb_files) {
+    return Status::Corruption(context + ": a RocksDB database whose CURRENT file is missing, not recognizable as "
+                              "a trainsnap store" + unchanged);
+  }
+  std::string listed;
+  const size_t shown = std::min<size_t>(names.size(), 3);
+  for (size_t i = 0; i < shown; ++i) listed += (i ? ", `" : "`") + names[i] + "`";
+  if (names.size() > shown) listed += ", ... (" + std::to_string(names.size()) + " entries)";
+  return Status::NotFound(context + ": no trainsnap store at this path: the directory is not empty and holds no "
+                          "database (" + listed + ")" + unchanged);
+}
+
+// What is at `path`. Errors name what was found: IOError when it cannot be
+// looked at (permission denied), NotFound for a file or a directory of other
+// files, Corruption for a database without its CURRENT file.
+Result<PathKind> InspectPath(const std::string& path, const std::string& context) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return Status::IOError(context + ": " + ec.message() + " (" + path + ")");
+  }
+  if (!fs::exists(status)) return PathKind::kAbsent;
+  if (!fs::is_directory(status)) return Status::NotFound(context + ": not a trainsnap store (not a directory)");
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return Status::IOError(context + ": list the directory: " + ec.message() + " (" + path + ")");
+  if (names.empty()) return PathKind::kEmptyDir;
+  std::sort(names.begin(), names.end());
+  if (std::binary_search(names.begin(), names.end(), std::string("CURRENT"))) return PathKind::kDatabase;
+  return DescribeNotADatabase(path, names, context);
+}
+
+
+}  // namespace
+
+// --- open / close ------------------------------------------------------------
+
+Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options,
+                                                        rocksdb::Env* env) {
+  std::unique_ptr<RocksStore> store(new RocksStore());
+  const std::string context = "open store " + path;
+  if (options.zstd_level < 0 || options.zstd_level > 19) {
+    return Status::InvalidArgument(context + ": zstd_level " + std::to_string(options.zstd_level) +
+                                   " is outside 1..19 (0 = 1)");
+  }
+  if (options.worker_nice < 0 || options.worker_nice > 19) {
+    return Status::InvalidArgument(context + ": worker_nice " + std::to_string(options.worker_nice) +
+                                   " is outside 0..19");
+  }
+  if (options.threads < 0) return Status::InvalidArgument(context + ": threads must be >= 0");
+  if (options.chunk_bytes != 0 && (options.chunk_bytes < kMinChunkBytes || options.chunk_bytes > kMaxChunkBytes)) {
+    return Status::InvalidArgument(context + ": chunk_bytes " + std::to_string(options.chunk_bytes) +
+                                   " is outside " + std::to_string(kMinChunkBytes) + ".." +
+                                   std::to_string(kMaxChunkBytes));
+  }
+  if (options.retention.keep_last < 0 || options.retention.keep_every < 0) {
+    return Status::InvalidArgument(context + ": retention counts must be >= 0");
+  }
+  if (options.keyframe_interval < 0 || options.keyframe_interval > kMaxDeltaDepth) {
+    return Status::InvalidArgument(context + ": keyframe_interval " + std::to_string(options.keyframe_interval) +
+                                   " is outside 0.." + std::to_string(kMaxDeltaDepth));
+  }
+  if (options.max_unflushed_commits < 0) {
+    return Status::InvalidArgument(context + ": max_unflushed_commits must be >= 0");
+  }
+  const uint64_t unflushed = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
+  if (options.reserve_bytes != 0 && options.reserve_bytes < 2 * unflushed) {
+    return Status::InvalidArgument(context + ": reserve_bytes " + std::to_string(options.reserve_bytes) +
+                                   " must be 0 or at least twice max_unflushed_bytes " + std::to_string(unflushed));
+  }
+  if (options.delta_reference != DeltaReference::kKeyframe && options.delta_reference != DeltaReference::kParent) {
+    return Status::InvalidArgument(context + ": unknown delta_reference " +
+                                   std::to_string(static_cast<int>(options.delta_reference)));
+  }
+  // A store is created only where nothing is, or in an empty directory;
+  // anything else must prove to be a trainsnap store of a known version
+  // before RocksDB opens it for writing (which writes a new MANIFEST, a WAL,
+  // flushes and deletes files it does not list).
+  TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
+  const bool create = kind != PathKind::kDatabase;
+  if (create) {
+    if (!options.create_if_missing) {
+      return Status::NotFound(context + ": no store at this path (" +
+                              (kind == PathKind::kAbsent ? "it does not exist" : "an empty directory") +
+                              "; create_if_missing is false)");
+    }
+    // RocksDB creates only the last path component.
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    if (ec) return Status::IOError(context + ": create directory: " + ec.message() + " (" + path + ")");
+  } else {
+    TRAINSNAP_RETURN_IF_ERROR(CheckExistingStore(path, options, env).WithContext(context));
+  }
+  store->zstd_level_ = options.zstd_level == 0 ? 1 : options.zstd_level;
+  store->compress_ = options.compress;
+  store->sync_ = options.sync;
+  store->options_ = options;
+  // Only a new store may be created by RocksDB: an existing one whose
+  // CURRENT file vanished since the check must not be replaced.
+  store->options_.create_if_missing = create;
+  store->env_ = env;
+  store->retention_ = options.retention;
+  store->keyframe_interval_ = options.keyframe_interval;
+  store->delta_reference_ = options.delta_reference;
+  store->delta_bases_.SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
+                                                               : kDefaultDeltaBaseCacheBytes);
+  store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  Status opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+  if (opened.code() == StatusCode::kNoSpace) {
+    // Even the few KiB an open writes did not fit: this is what the reserve
+    // file is for (the open comes before any delete).
+    std::error_code ec;
+    if (fs::remove(fs::path(path) / kReserveFile, ec)) opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+  }
+  TRAINSNAP_RETURN_IF_ERROR(opened);
+  if (options.worker_nice > 0) {
+    Status s = LowerPoolPriority(*store->pool_, static_cast<size_t>(store->threads_), options.worker_nice);
+    if (!s.ok()) return s.WithContext(context + ": lower the worker threads' priority");
+    // RocksDB's thread pools belong to its Env (process-wide for the default
+    // one) and take only coarse priorities: kLow is nice 19.
+    rocksdb::Env* rocks_env = env != nullptr ? env : rocksdb::Env::Default();
+    for (auto pool : {rocksdb::Env::Priority::HIGH, rocksdb::Env::Priority::LOW}) {
+      rocksdb::Status rs = rocks_env->LowerThreadPoolCPUPriority(pool, rocksdb::CpuPriority::kLow);
+      if (!rs.ok() && !rs.IsNotSupported()) return FromRocks(rs, context + ": lower RocksDB's thread priority");
+    }
+  }
+  Status s = store->LoadOrCreateMeta(options);
+  if (!s.ok()) return s.WithContext(context);
+  // A damaged commit log (both slots torn) is rewritten from the database:
+  // it can then no longer tell what was lost before (docs/reliability.md).
+  auto log = CommitLog::Read(path);
+  if (!log.ok() && log.status().code() != StatusCode::kCorruption) return log.status().WithContext(context);
+  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
+  if (!s.ok()) return s.WithContext(context);
+  s = store->WarmChunkSizes();
+  if (!s.ok()) return s.WithContext(context);
+  store->RestoreReserve();
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status RocksStore::CheckExistingStore(const std::string& path, const StoreOptions& options, rocksdb::Env* env) {
+  rocksdb::DBOptions db_options = BaseDbOptions();
+  if (env) db_options.env = env;
+  std::vector<std::string> names;
+  TRAINSNAP_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::ListColumnFamilies(db_options, path, &names), "list column families", path));
+  for (const char* cf : {ColumnFamilyName(ColumnFamily::kMeta), ColumnFamilyName(ColumnFamily::kSnapshots),
+                         ColumnFamilyName(ColumnFamily::kTensors), ColumnFamilyName(ColumnFamily::kChunks)}) {
+    if (std::find(names.begin(), names.end(), cf) != names.end()) continue;
+    std::string found;
+    for (const std::string& n : names) found += (found.empty() ? "" : ", ") + n;
+    return Status::NotSupported("a RocksDB database that is not a trainsnap store (column families: " + found +
+                                "); nothing in it was changed");
+  }
+  RocksStore probe;
+  probe.read_only_ = true;
+  probe.env_ = env;
+  probe.threads_ = 1;
+  TRAINSNAP_RETURN_IF_ERROR(probe.OpenDb(path, StoreOptions(), /*read_only=*/true, env));
+  std::string value;
+  rocksdb::Status s = probe.db_->Get(rocksdb::ReadOptions(), probe.meta_cf_, kMetaStoreKey, &value);
+  if (s.IsNotFound()) {
+    // A creation that stopped after RocksDB made the column families and
+    // before the meta record: the writable open finishes it. With data in
+    // them it is no store this build wrote.
+    for (rocksdb::ColumnFamilyHandle* cf : {probe.snapshots_cf_, probe.tensors_cf_, probe.chunks_cf_}) {
+      std::unique_ptr<rocksdb::Iterator> it(probe.db_->NewIterator(rocksdb::ReadOptions(), cf));
+      it->SeekToFirst();
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan " + cf->GetName()));
+      if (it->Valid()) {
+        return Status::Corruption("the store holds " + cf->GetName() + " records but no meta record");
+      }
+    }
+    return Status::OK();
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read meta record"));
+  proto::StoreMeta meta;
+  if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
+  return CheckMeta(meta, options);
+}
+
+Status RocksStore::WarmChunkSizes() {
+  // The next snapshot mostly references the chunks of the latest one
+  // (frozen and unchanged tensors). Knowing their sizes up front saves a
+  // blob read per deduplicated chunk on the first capture after opening.
+  // Best effort: a damaged record must not keep the store from opening
+  // (Verify and reads report it).
+  auto latest = Latest();
+  if (!latest.ok() || !latest->has_value()) return Status::OK();
+  auto records = Tensors(**latest);
+  if (!records.ok()) return Status::OK();
+  for (const TensorRecord& r : *records) {
+    for (const ChunkRef& c : r.chunks) registry_.NoteStored(c.hash, c.stored_bytes);
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env) {
+  const std::string context = "open store " + path + " read-only";
+  TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
+  if (kind != PathKind::kDatabase) {
+    return Status::NotFound(context + ": no store at this path" +
+                            (kind == PathKind::kEmptyDir ? " (an empty directory)" : ""));
+  }
+  std::unique_ptr<RocksStore> store(new RocksStore());
+  store->read_only_ = true;
+  store->env_ = env;
+  store->threads_ = std::max(1u, std::thread::hardware_concurrency());
+  // The commit log first: the writer appends to it after each commit, so a
+  // log read before the database was opened never records more than the
+  // database then holds, unless commits were really lost.
+  auto log = CommitLog::Read(path);
+  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true, env));
+  Status s = store->LoadOrCreateMeta(StoreOptions());
+  if (!s.ok()) return s.WithContext(context);
+  // A log that cannot be read (damaged) only disables the check here;
+  // Verify reports it.
+  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
+  if (!s.ok()) return s.WithContext(context);
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env,
+                             DbHandles* out) {
+  rocksdb::DBOptions db_options = BaseDbOptions();
+  if (env) db_options.env = env;
+  auto cfs = ColumnFamilies();
+  if (read_only) {
+    // A store written before delta chunks has no chunk_deps CF; a read-only
+    // instance cannot create it (and needs none: such a store has no deltas).
+    std::vector<std::string> names;
+    if (rocksdb::DB::ListColumnFamilies(db_options, path, &names).ok() &&
+        std::find(names.begin(), names.end(), ColumnFamilyName(ColumnFamily::kChunkDeps)) == names.end()) {
+      cfs.pop_back();
+    }
+    // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
+    // (reading a blob crashes on a null DB session id). A read-only instance
+    // sees the store as of its open; Refresh() reopens it.
+    // The WAL files in the directory. The writer deletes a WAL file after
+    // a flush made it obsolete (after writing the MANIFEST that says so).
+    auto wal_files = [&path]() {
+      std::vector<std::string> names;
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+        if (e.path().extension() == ".log") names.push_back(e.path().filename().string());
+      }
+      std::sort(names.begin(), names.end());
+      return names;
+    };
+    rocksdb::Status s;
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const std::vector<std::string> before = wal_files();
+      rocksdb::DB* db = nullptr;
+      out->handles.clear();
+      s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &out->handles, &db,
+                                       /*error_if_wal_file_exists=*/false);
+      if (s.ok()) {
+        // A WAL file deleted while we opened may have been read from an
+        // older MANIFEST and then not found: a torn view (records without
+        // their chunks). Only a view with every WAL file still there is
+        // whole; otherwise open again.
+        const std::vector<std::string> after = wal_files();
+        if (std::includes(after.begin(), after.end(), before.begin(), before.end())) {
+          out->db = db;
+          return Status::OK();
+        }
+        for (rocksdb::ColumnFamilyHandle* cf : out->handles) db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
+        db->Close().PermitUncheckedError();
+        delete db;
+        out->handles.clear();
+        s = rocksdb::Status::IOError("the writer deleted WAL files during every attempt to open");
+        continue;
+      }
+      // The writer may delete an obsolete WAL or table file while we list
+      // them (a missing table file reads as Corruption with paranoid checks).
+      const bool missing_file = s.ToString().find("No such file") != std::string::npos;
+      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound() && !missing_file) break;
+    }
+    return FromRocks(s, "open store " + path + " read-only", path);
+  }
+  db_options.create_if_missing = options.create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_total_wal_size = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
+  rocksdb::OptimisticTransactionDB* db = nullptr;
+  rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, path, cfs, &out->handles, &db);
+  if (!s.ok()) return FromRocks(s, "open store " + path, path);
+  out->txn_db = db;
+  out->db = db;
+  return Status::OK();
+}
+
+void RocksStore::CloseRocks(DbHandles* h) {
+  if (!h->db) return;
+  for (rocksdb::ColumnFamilyHandle* cf : h->handles) h->db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
+  h->db->Close().PermitUncheckedError();
+  delete h->db;
+  *h = DbHandles();
+}
+
+Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env) {
+  path_ = path;
+  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
+  DbHandles h;
+  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path, options, read_only, env, &h));
+  Adopt(h);
+  return Status::OK();
+}
+
+void RocksStore::Adopt(const DbHandles& h) {
+  ResetTensorCache();
+  txn_db_ = h.txn_db;
+  db_ = h.db;
+  handles_ = h.handles;
+  auto handle = [this](ColumnFamily cf) {
+    const auto i = static_cast<size_t>(cf);
+    return i < handles_.size() ? handles_[i] : nullptr;
+  };
+  const bool open = handles_.size() > static_cast<size_t>(ColumnFamily::kChunks);
+  meta_cf_ = open ? handle(ColumnFamily::kMeta) : nullptr;
+  snapshots_cf_ = open ? handle(ColumnFamily::kSnapshots) : nullptr;
+  tensors_cf_ = open ? handle(ColumnFamily::kTensors) : nullptr;
+  chunks_cf_ = open ? handle(ColumnFamily::kChunks) : nullptr;
+  chunk_deps_cf_ = handle(ColumnFamily::kChunkDeps);
+}
+
+
+RocksStore::~RocksStore() {
+  AbortIfPinned(this, path_);  // a Checkpointer's captures in flight would use it after free
+  if (pool_) pool_->join();
+  DbHandles h{txn_db_, db_, handles_};
+  CloseRocks(&h);
+}
+
+Status RocksStore::Refresh() {
+  if (!read_only_) return Status::OK();
+  // Open the new view first: on failure the old one stays usable. The
+  // commit log is read before it (see OpenReadOnlyInstance).
+  auto log = CommitLog::Read(path_);
+  DbHandles fresh;
+  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path_, StoreOptions(), /*read_only=*/true, env_, &fresh));
+  std::unique_lock<std::shared_mutex> lock(db_mu_);
+  DbHandles old{txn_db_, db_, handles_};
+  Adopt(fresh);
+  lock.unlock();
+  CloseRocks(&old);
+  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
+  return CheckCommitLog(log.ok() ? *log : std::nullopt).WithContext("refresh " + path_);
+}
+
+}  // namespace trainsnap::internal
+
+namespace trainsnap {
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+  return internal::RocksStore::OpenWritable(path, options);
+}
+
+Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
+  return internal::RocksStore::OpenReadOnlyInstance(path);
+}
+
+Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress) {
+  auto* rocks = dynamic_cast<internal::RocksStore*>(&store);
+  if (rocks == nullptr) return Status::NotSupported("plan collection: not a store opened by Store::Open/OpenReadOnly");
+  return rocks->PlanCollection(steps, progress);
+}
+
+}  // namespace trainsnap

@@ -1,0 +1,108 @@
+// Column families, their tuning and the database options of a store.
+#include "store/rocks_store.h"
+#include "store/rocks_store_internal.h"
+
+#include <cstdarg>
+#include <memory>
+
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
+#include <rocksdb/table.h>
+
+namespace trainsnap::internal {
+
+// Reads of chunk values on the restore path skip RocksDB's CRC32C of the
+// blob record: every decoded chunk is checked against its XXH3-128 content
+// hash, a stronger check of the same bytes, and Debian's librocksdb computes
+// CRC32C in software (a third of the restore's CPU, measured). Verify keeps
+// both checks.
+rocksdb::ReadOptions ChunkReadOptions() {
+  rocksdb::ReadOptions options;
+  options.verify_checksums = false;
+  return options;
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
+  rocksdb::ColumnFamilyOptions chunks;
+  chunks.enable_blob_files = true;
+  chunks.min_blob_size = kMinBlobBytes;
+  chunks.blob_compression_type = rocksdb::kNoCompression;  // payloads are zstd already
+  chunks.compression = rocksdb::kNoCompression;
+  // No relocation in automatic compactions: it rewrites live values at
+  // times nobody chose, needing free space that a nearly full disk lacks
+  // (a background compaction then failed a delete with NoSpace). ReclaimSpace
+  // relocates explicitly (BlobGarbageCollectionPolicy::kForce), within the
+  // free space it finds.
+  chunks.enable_blob_garbage_collection = false;
+  // Most look-ups of a new chunk's hash miss: a Bloom filter answers them
+  // without reading a data block.
+  rocksdb::BlockBasedTableOptions table;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  chunks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {ColumnFamilyName(ColumnFamily::kMeta), rocksdb::ColumnFamilyOptions()},
+      {ColumnFamilyName(ColumnFamily::kSnapshots), rocksdb::ColumnFamilyOptions()},
+      {ColumnFamilyName(ColumnFamily::kTensors), rocksdb::ColumnFamilyOptions()},
+      {ColumnFamilyName(ColumnFamily::kChunks), chunks},
+      {ColumnFamilyName(ColumnFamily::kChunkDeps), rocksdb::ColumnFamilyOptions()},
+  };
+}
+
+namespace {
+
+// RocksDB's info log is a file in the database directory. On a full disk
+// its writer fails, and Debian's librocksdb (built with assertions) aborts the
+// process on the next log line. Read-only openers would also replace the
+// writer's LOG file. trainsnap reports errors through Status instead.
+class DiscardLogger final : public rocksdb::Logger {
+ public:
+  DiscardLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::HEADER_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+// RocksDB's own recovery from a background error (the SstFileManager's
+// thread that resumes once space is free, and the resume loop for
+// retryable I/O errors such as ENOSPC) races trainsnap's: ReopenLocked closes
+// the database, and Close() waits for a recovery in progress, whose flush
+// on a still-full disk fails, sleeps 1 s and is rescheduled while recovery
+// runs. A writer could wait there for minutes (seen on a full tmpfs). Only
+// trainsnap recovers: it reopens on the next write (PrepareWrite).
+class NoAutoRecovery final : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*bg_error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
+}  // namespace
+
+rocksdb::DBOptions BaseDbOptions() {
+  rocksdb::DBOptions o;
+  o.paranoid_checks = true;
+  static const auto logger = std::make_shared<DiscardLogger>();
+  o.info_log = logger;
+  o.listeners.push_back(std::make_shared<NoAutoRecovery>());
+  o.max_bgerror_resume_count = 0;
+  // Snapshot and tensor records are small: their memtables seldom fill, and a
+  // WAL file lives until every CF with data in it is flushed. Bound the WAL
+  // (RocksDB's default bound is 4x all memtables, ~2.5 GiB here): past this,
+  // RocksDB flushes the CFs that pin the oldest WAL file. Writable opens use
+  // StoreOptions::max_unflushed_bytes.
+  o.max_total_wal_size = kDefaultMaxUnflushedBytes;
+  // Replay the WAL into memtables instead of flushing it to table and blob
+  // files: a writable open then needs a few KiB (a MANIFEST, an OPTIONS file,
+  // a new WAL), not the size of the unflushed WAL, so a store opens on a
+  // nearly full disk, and a failed open leaves no partial table files behind.
+  // The old WAL files stay until their data is flushed.
+  o.avoid_flush_during_recovery = true;
+  // No preallocation: RocksDB would fallocate each WAL file in blocks of up
+  // to max_total_wal_size (and table files likewise), space that a nearly
+  // full disk lacks and that statvfs counts as used.
+  o.allow_fallocate = false;
+  return o;
+}
+
+}  // namespace trainsnap::internal

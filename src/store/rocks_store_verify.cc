@@ -1,0 +1,303 @@
+// Verify (every chunk re-read and re-hashed, every file checked) and Repair.
+#include "store/rocks_store.h"
+#include "store/rocks_store_internal.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+
+#include <rocksdb/metadata.h>
+#include <rocksdb/snapshot.h>
+#include <rocksdb/sst_file_reader.h>
+
+#include "store/keys.h"
+#include "store/parallel_for.h"
+#include "store/rocksdb_status.h"
+
+namespace trainsnap::internal {
+
+// --- verification and statistics ------------------------------------------------
+
+Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  const std::string context = "verify " + path_;
+  std::vector<int64_t> steps;
+  if (step) {
+    auto data = ReadSnapshotRecord(*step);
+    if (!data.ok() && data.status().code() != StatusCode::kCorruption &&
+        data.status().code() != StatusCode::kNotSupported) {
+      return data.status().WithContext(context);
+    }
+    if (data.ok() && !data->has_value()) return Status::NotFound(context + ": no snapshot at " + StepName(*step));
+    steps.push_back(*step);
+  }
+  VerifyReport report;
+  if (!step) {
+    VerifyStore(&report);
+    // Every snapshot record the scan finds is verified; a count that
+    // disagrees with the scan is one of VerifyStore's problems.
+    // A scan that fails is one more problem; the file checks above say where.
+    auto all = ListSteps(nullptr, /*check_counts=*/false);
+    if (all.ok()) {
+      steps = std::move(*all);
+    } else {
+      VerifyProblem p;
+      p.store = true;
+      p.status = all.status();
+      report.problems.push_back(std::move(p));
+    }
+  }
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const int64_t s = steps[si];
+    ++report.snapshots;
+    if (progress) progress(si, steps.size());
+    auto record = ReadSnapshotRecord(s);
+    if (!record.ok()) {
+      report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record"), false, {}});
+      continue;
+    }
+    uint64_t tensors_seen = 0;
+    // Reads, decodes and re-hashes every chunk of one tensor record.
+    auto verify_tensor = [&](uint64_t param_id, const std::string& role, const TensorRecord& tensor) {
+      const std::string where = StepName(s) + ": tensor param_id " + ParamIdHex(param_id) + " role " + role;
+      // Chunks are read, decoded and re-hashed in parallel; problems are
+      // reported in chunk order.
+      const size_t n = tensor.chunks.size();
+      std::vector<Status> chunk_status(n);
+      std::atomic<uint64_t> good_bytes{0};
+      static_cast<void>(ParallelFor(*pool_, n, [&](size_t ci) -> Status {
+        const ChunkRef& ref = tensor.chunks[ci];
+        const std::string chunk_where = where + ": chunk " + std::to_string(ci);
+        rocksdb::PinnableSlice value;
+        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
+        if (rs.IsNotFound()) {
+          chunk_status[ci] =
+              Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
+        } else if (!rs.ok()) {
+          chunk_status[ci] = FromRocks(rs, chunk_where + " " + ref.hash.Hex());
+        } else {
+          thread_local std::vector<uint8_t> buffer;
+          buffer.resize(ref.raw_bytes);
+          chunk_status[ci] =
+              ReadChunkInto(ref, std::string_view(value.data(), value.size()), buffer.data()).WithContext(chunk_where);
+          if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
+        }
+        return Status::OK();
+      }));
+      report.chunks += n;
+      report.bytes += good_bytes.load();
+      for (size_t ci = 0; ci < n; ++ci) {
+        if (!chunk_status[ci].ok()) {
+          report.problems.push_back({s, param_id, role, static_cast<int64_t>(ci), tensor.chunks[ci].hash,
+                                     std::move(chunk_status[ci]), false, {}});
+        }
+      }
+    };
+    if (record->has_value() && (*record)->grouped) {
+      // Format version 2: the records come from record groups; a group that
+      // does not read (missing, damaged, hash mismatch, malformed) is one
+      // problem naming the group's chunk, and its records count as seen.
+      const SnapshotRecordData& data = **record;
+      for (const RecordGroupRef& group : data.groups) {
+        tensors_seen += group.records;
+        report.tensors += group.records;
+        auto records = ReadRecordGroup(group, rocksdb::ReadOptions());
+        if (!records.ok()) {
+          report.problems.push_back(
+              {s, 0, "", -1, group.chunk.hash, records.status().WithContext(StepName(s)), false, {}});
+          continue;
+        }
+        for (const TensorRecord& tensor : *records) verify_tensor(tensor.param_id, tensor.role, tensor);
+      }
+      continue;
+    }
+    // A record that does not decode is a problem; the scan goes on.
+    Status scanned = ScanTensorRecords(s, rocksdb::ReadOptions(), [&](std::string_view key_bytes,
+                                                                       std::string_view value) {
+      ++tensors_seen;
+      ++report.tensors;
+      auto key = DecodeTensorKey(key_bytes);
+      if (!key.ok()) {
+        report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s)), false, {}});
+        return Status::OK();
+      }
+      const std::string where = StepName(s) + ": tensor param_id " + ParamIdHex(key->param_id) + " role " +
+                                key->role;
+      auto tensor = ParseTensorRecord(value, key->param_id, key->role);
+      if (!tensor.ok()) {
+        report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where), false, {}});
+        return Status::OK();
+      }
+      verify_tensor(key->param_id, key->role, *tensor);
+      return Status::OK();
+    });
+    if (!scanned.ok()) {
+      report.problems.push_back({s, 0, "", -1, {}, scanned.WithContext(StepName(s)), false, {}});
+    } else if (record->has_value() && (*record)->info.tensors != tensors_seen) {
+      report.problems.push_back({s, 0, "", -1, {},
+                                 Status::Corruption(StepName(s) + ": snapshot record lists " +
+                                                    std::to_string((*record)->info.tensors) +
+                                                    " tensors, the store holds " + std::to_string(tensors_seen)), false, {}});
+    }
+  }
+  if (progress) progress(steps.size(), steps.size());
+  return report;
+}
+
+void RocksStore::VerifyStore(VerifyReport* report) {
+  auto problem = [&](std::string file, Status status) {
+    VerifyProblem p;
+    p.store = true;
+    p.file = std::move(file);
+    p.status = std::move(status);
+    report->problems.push_back(std::move(p));
+  };
+  // RocksDB's block checksums of every table file, one file at a time, so
+  // that each damaged file is named (DB::VerifyChecksum stops at the first).
+  std::vector<rocksdb::LiveFileMetaData> tables;
+  db_->GetLiveFilesMetaData(&tables);
+  std::sort(tables.begin(), tables.end(),
+            [](const rocksdb::LiveFileMetaData& a, const rocksdb::LiveFileMetaData& b) {
+              return a.relative_filename < b.relative_filename;
+            });
+  rocksdb::Options table_options;
+  if (env_ != nullptr) table_options.env = env_;
+  for (const rocksdb::LiveFileMetaData& table : tables) {
+    const std::string where = "table file " + table.relative_filename + " (column family " +
+                              table.column_family_name + ")";
+    rocksdb::SstFileReader reader(table_options);
+    rocksdb::Status s = reader.Open(table.directory + "/" + table.relative_filename);
+    if (s.ok()) s = reader.VerifyChecksum();
+    if (!s.ok()) {
+      Status mapped = FromRocks(s, where);
+      // Any failure to read back a file the MANIFEST lists is damage.
+      if (mapped.code() == StatusCode::kIOError) mapped = Status::Corruption(mapped.message());
+      problem(table.relative_filename, std::move(mapped));
+    }
+  }
+  // Blob files (chunk payloads): each must be there at the size the
+  // MANIFEST records. Their records' checksums are checked by the reads of
+  // every referenced chunk below.
+  rocksdb::ColumnFamilyMetaData chunks_meta;
+  db_->GetColumnFamilyMetaData(chunks_cf_, &chunks_meta);
+  for (const rocksdb::BlobMetaData& blob : chunks_meta.blob_files) {
+    const std::string file = blob.blob_file_path + "/" + blob.blob_file_name;
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(file, ec);
+    if (ec) {
+      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + ": " + ec.message() +
+                                                      " (a file of the store is missing)"));
+    } else if (size != blob.blob_file_size) {
+      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + " has " +
+                                                      std::to_string(size) + " bytes, the MANIFEST records " +
+                                                      std::to_string(blob.blob_file_size)));
+    }
+  }
+  // Every column family the store relies on, read at one snapshot.
+  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, meta_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    }
+    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the meta column family"));
+  }
+  auto counts = ReadCounts(at.snapshot());
+  if (!counts.ok()) problem("", counts.status());
+  auto steps = ListSteps(at.snapshot(), /*check_counts=*/counts.ok());
+  if (!steps.ok()) problem("", steps.status());
+  std::map<int64_t, uint64_t> leftovers;
+  Status s = FindLeftovers(at.snapshot(), &leftovers);
+  if (!s.ok()) problem("", s.WithContext("scan the tensor records"));
+  for (const auto& [leftover, records] : leftovers) {
+    problem("", Status::Corruption(std::to_string(records) + " tensor records of " + StepName(leftover) +
+                                   ", which has no snapshot record (leftovers of a deleted step; "
+                                   "`trainsnap verify --repair` deletes them)"));
+  }
+  if (chunk_deps_cf_ != nullptr) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunk_deps_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+      auto base = DecodeChunkKey(std::string_view(it->value().data(), it->value().size()));
+      if (!hash.ok()) {
+        problem("", hash.status().WithContext("chunk_deps key"));
+      } else if (!base.ok()) {
+        problem("", base.status().WithContext("chunk_deps of " + hash->Hex()));
+      }
+    }
+    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the chunk_deps column family"));
+  }
+  if (std::optional<LostCommits> loss = lost_commits()) {
+    problem(CommitLog::kFileName,
+            Status::Corruption(DescribeLoss(*loss) + " (acknowledge with `trainsnap verify --acknowledge-loss`)"));
+  }
+  auto log = CommitLog::Read(path_);
+  if (!log.ok()) problem(CommitLog::kFileName, log.status());
+}
+
+Status RocksStore::FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers) {
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at;
+  std::map<int64_t, uint64_t> per_step;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(TensorKey key, DecodeTensorKey(std::string_view(it->key().data(), it->key().size())));
+    ++per_step[key.step];
+  }
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
+  // A point look-up per step: a record that a scan skipped is still found.
+  for (const auto& [step, records] : per_step) {
+    std::string value;
+    rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
+    if (s.IsNotFound()) {
+      leftovers->emplace(step, records);
+    } else if (!s.ok()) {
+      return FromRocks(s, "read snapshot record of " + StepName(step));
+    }
+  }
+  return Status::OK();
+}
+
+Result<RepairReport> RocksStore::Repair() {
+  const std::string context = "repair " + path_;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
+  rocksdb::ManagedSnapshot at(db_);
+  // The snapshot records must agree with the counts: records of a snapshot
+  // that a failed read hid must not be taken for leftovers.
+  auto steps = ListSteps(at.snapshot());
+  if (!steps.ok()) return steps.status().WithContext(context + ": refusing to repair");
+  std::map<int64_t, uint64_t> leftovers;
+  TRAINSNAP_RETURN_IF_ERROR(FindLeftovers(at.snapshot(), &leftovers).WithContext(context));
+  RepairReport report;
+  if (leftovers.empty()) return report;
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> stored_counts, ReadCounts(at.snapshot()));
+  StoreCountsData counts = stored_counts.value_or(StoreCountsData());
+  rocksdb::WriteBatch batch;
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  for (const auto& [step, records] : leftovers) {
+    Status scanned = ScanTensorRecords(step, ro, [&](std::string_view key, std::string_view) {
+      ++report.tensor_records;
+      return FromRocks(batch.Delete(tensors_cf_, rocksdb::Slice(key.data(), key.size())),
+                       "delete leftover tensor record");
+    });
+    TRAINSNAP_RETURN_IF_ERROR(scanned.WithContext(context + ": " + StepName(step)));
+    report.steps.push_back(step);
+  }
+  ++counts.transactions;
+  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_;
+  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), context));
+  TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext(context));
+  return report;
+}
+
+}  // namespace trainsnap::internal
