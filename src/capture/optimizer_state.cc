@@ -3,7 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "capture/optimizer_traits.h"
+#include "torch/optimizer_traits.h"
 
 namespace trainsnap::internal {
 

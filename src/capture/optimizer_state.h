@@ -2,7 +2,7 @@
 // parameter ID, options) and per-parameter state, keyed by parameter ID.
 #pragma once
 
-#include "capture/contract.h"
+#include "torch/contract.h"
 #include "capture/staging.h"
 #include "manifest.pb.h"
 #include "trainsnap/status.h"

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <tuple>
 
-#include "capture/contract.h"
-#include "capture/manifest_format.h"
+#include "torch/contract.h"
+#include "torch/manifest_format.h"
 #include "capture/optimizer_state.h"
-#include "capture/rng_state.h"
-#include "capture/scheduler_state.h"
-#include "capture/torch_dtype.h"
+#include "torch/rng_state.h"
+#include "torch/scheduler_state.h"
+#include "torch/dtype.h"
 
 namespace trainsnap::internal {
 

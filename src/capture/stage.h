@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "capture/base_identity.h"
+#include "torch/base_identity.h"
 #include "capture/change_tracker.h"
 #include "capture/staging.h"
 #include "manifest.pb.h"

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "capture/staging_scope.h"
-#include "capture/torch_dtype.h"
+#include "torch/dtype.h"
 
 namespace trainsnap::internal {
 

@@ -54,7 +54,7 @@ std::vector<std::string> ManifestView::NamesInModel(uint64_t id, const std::stri
   std::vector<std::string> out;
   for (const std::string& name : Names(id)) {
     if (!model.empty()) {
-      // Qualified names of a named model are "<model>/<module name>" (capture/contract.cc).
+      // Qualified names of a named model are "<model>/<module name>" (torch/contract.cc).
       const std::string prefix = model + "/";
       if (name.compare(0, prefix.size(), prefix) == 0) out.push_back(name.substr(prefix.size()));
       continue;

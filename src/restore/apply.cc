@@ -2,7 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 
-#include "capture/scheduler_state.h"
+#include "torch/scheduler_state.h"
 
 namespace trainsnap::internal {
 

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "capture/rng_state.h"
+#include "torch/rng_state.h"
 #include "manifest.pb.h"
 #include "restore/optimizer_restore.h"
 #include "trainsnap/checkpointer.h"

@@ -2,9 +2,9 @@
 
 #include <c10/util/safe_numerics.h>
 
-#include "capture/contract.h"
+#include "torch/contract.h"
 #include "capture/staging_pool.h"
-#include "capture/torch_dtype.h"
+#include "torch/dtype.h"
 
 namespace trainsnap::internal {
 

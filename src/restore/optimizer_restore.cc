@@ -2,7 +2,7 @@
 
 #include <unordered_map>
 
-#include "capture/optimizer_traits.h"
+#include "torch/optimizer_traits.h"
 
 namespace trainsnap::internal {
 

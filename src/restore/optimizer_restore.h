@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "capture/contract.h"
+#include "torch/contract.h"
 #include "manifest.pb.h"
 #include "restore/decode.h"
 #include "trainsnap/status.h"

@@ -4,8 +4,8 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "capture/contract.h"
-#include "capture/rng_state.h"
+#include "torch/contract.h"
+#include "torch/rng_state.h"
 #include "restore/apply.h"
 #include "restore/decode.h"
 #include "restore/optimizer_restore.h"

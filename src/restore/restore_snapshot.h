@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "capture/base_identity.h"
+#include "torch/base_identity.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"

@@ -3,9 +3,9 @@
 #include <set>
 #include <unordered_set>
 
-#include "capture/manifest_format.h"
-#include "capture/optimizer_traits.h"
-#include "capture/torch_dtype.h"
+#include "torch/manifest_format.h"
+#include "torch/optimizer_traits.h"
+#include "torch/dtype.h"
 
 namespace trainsnap::internal {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "capture/base_identity.h"
-#include "capture/contract.h"
+#include "torch/base_identity.h"
+#include "torch/contract.h"
 #include "manifest.pb.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"

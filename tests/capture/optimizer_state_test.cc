@@ -1,10 +1,10 @@
 #include "capture/optimizer_state.h"
-#include "capture/optimizer_traits.h"
+#include "torch/optimizer_traits.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 
 namespace trainsnap::internal {
 namespace {

@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
 namespace trainsnap {

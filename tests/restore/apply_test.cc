@@ -10,7 +10,7 @@
 #include <rocksdb/db.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
 namespace trainsnap {

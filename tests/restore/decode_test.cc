@@ -7,7 +7,7 @@
 
 #include "capture/encode.h"
 #include "capture/stage.h"
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
 namespace trainsnap {

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/manifest_format.h"
-#include "capture/training_rig.h"
+#include "torch/manifest_format.h"
+#include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
 namespace trainsnap {

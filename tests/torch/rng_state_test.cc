@@ -1,10 +1,10 @@
-#include "capture/rng_state.h"
+#include "torch/rng_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 
 namespace trainsnap::internal {
 namespace {

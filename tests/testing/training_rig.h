@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/scheduler_state.h"
+#include "torch/scheduler_state.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
 

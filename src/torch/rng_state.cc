@@ -1,4 +1,4 @@
-#include "capture/rng_state.h"
+#include "torch/rng_state.h"
 
 #include <cstring>
 #include <mutex>

@@ -1,10 +1,10 @@
-#include "capture/contract.h"
+#include "torch/contract.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <xxhash.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 
 namespace trainsnap::internal {
 namespace {

@@ -1,11 +1,11 @@
-#include "capture/base_identity.h"
+#include "torch/base_identity.h"
 
 #include <memory>
 
 #include <xxhash.h>
 
 #include "capture/staging.h"
-#include "capture/torch_dtype.h"
+#include "torch/dtype.h"
 
 namespace trainsnap::internal {
 

@@ -1,9 +1,9 @@
-#include "capture/base_identity.h"
+#include "torch/base_identity.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 
 namespace trainsnap::internal {
 namespace {

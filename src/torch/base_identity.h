@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture/contract.h"
+#include "torch/contract.h"
 #include "manifest.pb.h"
 #include "trainsnap/status.h"
 

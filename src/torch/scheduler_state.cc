@@ -1,4 +1,4 @@
-#include "capture/scheduler_state.h"
+#include "torch/scheduler_state.h"
 
 namespace trainsnap::internal {
 

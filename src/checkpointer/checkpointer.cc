@@ -7,7 +7,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "capture/base_identity.h"
+#include "torch/base_identity.h"
 #include "capture/pipeline.h"
 #include "capture/stage.h"
 #include "capture/staging_scope.h"

@@ -1,4 +1,4 @@
-#include "capture/contract.h"
+#include "torch/contract.h"
 
 #include <map>
 #include <sstream>

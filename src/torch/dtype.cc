@@ -1,4 +1,4 @@
-#include "capture/torch_dtype.h"
+#include "torch/dtype.h"
 
 #include <string>
 

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "capture/training_rig.h"
+#include "testing/training_rig.h"
 
 namespace trainsnap {
 namespace {
