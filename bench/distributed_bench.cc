@@ -2,11 +2,14 @@
 // same model (every rank a process on 127.0.0.1, Gloo), against LibTorch's
 // torch::save/torch::load on every rank. Per rank: the training thread's
 // stall per CaptureAsync against a plain memcpy (clone) of the same tensors;
-// aggregate persist MB/s (snapshots back to back, every byte changed);
-// stored bytes per rank (from the global record); restore time of
-// RestoreLatest against torch::load. Results: bench/README.md, "Several ranks".
+// aggregate persist MB/s (snapshots back to back, every byte changed: the
+// bytes all ranks wrote, and the state they hold, per second); the bytes
+// each rank wrote (its share of the replicated state: the balance) and
+// stored (from the global record); restore time of RestoreLatest against
+// torch::load; with --verify, the same run again with verify_replicas on
+// (its stall). Results: bench/README.md, "Several ranks".
 //
-//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--dir DIR] [--json FILE]
+//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--verify] [--dir DIR] [--json FILE]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,7 +87,7 @@ struct Job {
 };
 
 int RunRank(int rank, int world, const std::string& dir, const std::string& rendezvous, int64_t mb, int snapshots,
-            const std::string& result_path) {
+            bool verify, const std::string& result_path) {
   torch::set_num_threads(1);
   const std::chrono::minutes timeout(5);
   auto store = c10::make_intrusive<c10d::FileStore>(rendezvous, world);
@@ -97,6 +100,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   options.timeout = timeout;
   options.store.sync = true;
   options.store.reserve_bytes = 0;
+  options.verify_replicas = verify;
   auto opened = trainsnap::DistributedCheckpointer::Open(dir + "/run", group, options);
   if (!opened.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, opened.status().ToString().c_str());
@@ -163,15 +167,15 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   return 0;
 }
 
-json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots) {
-  const std::string dir = base + "/ranks-" + std::to_string(world);
+json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots, bool verify) {
+  const std::string dir = base + "/ranks-" + std::to_string(world) + (verify ? "-verify" : "");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> args{self, "rank", "--rank", std::to_string(r), "--world", std::to_string(world),
                                   "--dir", dir, "--rendezvous", dir + "/rendezvous", "--mb", std::to_string(mb),
-                                  "--snapshots", std::to_string(snapshots), "--result",
+                                  "--snapshots", std::to_string(snapshots), "--verify", verify ? "1" : "0", "--result",
                                   dir + "/result-" + std::to_string(r) + ".json"};
     const pid_t pid = fork();
     if (pid == 0) {
@@ -213,11 +217,22 @@ json RunWorld(const std::string& self, const std::string& base, int world, int64
         for (const trainsnap::internal::RankFigures& f : record->ranks) {
           out["stored_bytes_last_step"].push_back(f.stored_bytes);
           out["new_bytes_last_step"].push_back(f.new_bytes);
+          out["written_bytes_last_step"].push_back(f.logical_bytes);  // this rank's share
         }
       }
     }
   }
-  out["aggregate_persist_mb_s"] = static_cast<double>(logical) * snapshots / persist / 1e6;
+  // What every rank holds, per second; and what the ranks wrote (the
+  // replicated state once in all), per second.
+  out["state_persist_mb_s"] = static_cast<double>(logical) * snapshots / persist / 1e6;
+  uint64_t written = 0, most = 0;
+  for (const auto& b : out["written_bytes_last_step"]) {
+    written += b.get<uint64_t>();
+    most = std::max(most, b.get<uint64_t>());
+  }
+  out["aggregate_persist_mb_s"] = static_cast<double>(written) * snapshots / persist / 1e6;
+  // Balance: the largest share against the mean (1.00 = perfectly even).
+  out["balance_max_over_mean"] = written == 0 ? 0.0 : static_cast<double>(most) * world / static_cast<double>(written);
   out["restore_s_max"] = restore;
   out["torch_load_s_max"] = load;
   return out;
@@ -232,12 +247,14 @@ int main(int argc, char** argv) {
   int snapshots = 6;
   std::string dir = (fs::temp_directory_path() / "trainsnap_distributed_bench").string();
   std::string json_path;
+  bool verify = false;
+  app.add_flag("--verify", verify, "also run every world size with verify_replicas on");
   app.add_option("--ranks", worlds, "world sizes to run")->delimiter(',');
   app.add_option("--mb", mb, "MiB of parameters per rank (optimizer state adds 2x)");
   app.add_option("--snapshots", snapshots, "snapshots per rank, back to back");
   app.add_option("--dir", dir, "working directory (removed first)");
   app.add_option("--json", json_path, "write the results here");
-  int rank = 0, world = 1;
+  int rank = 0, world = 1, rank_verify = 0;
   std::string rendezvous, result;
   CLI::App* one = app.add_subcommand("rank", "one rank (internal)");
   one->add_option("--rank", rank);
@@ -247,19 +264,31 @@ int main(int argc, char** argv) {
   one->add_option("--mb", mb);
   one->add_option("--snapshots", snapshots);
   one->add_option("--result", result);
+  one->add_option("--verify", rank_verify);
   CLI11_PARSE(app, argc, argv);
-  if (*one) return RunRank(rank, world, dir, rendezvous, mb, snapshots, result);
+  if (*one) return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, result);
 
   const std::string self = fs::canonical("/proc/self/exe").string();
   json all = json::array();
-  std::printf("%5s %10s %10s %12s %14s %10s %12s %s\n", "ranks", "stall_ms", "memcpy_ms", "persist_MB/s",
-              "stored_MB/rank", "restore_s", "torch_load_s", "");
+  std::printf("%5s %6s %10s %10s %12s %12s %16s %8s %14s %10s %12s\n", "ranks", "verify", "stall_ms", "memcpy_ms",
+              "written_MB/s", "state_MB/s", "written_MB/rank", "max/mean", "stored_MB/rank", "restore_s",
+              "torch_load_s");
+  std::vector<std::pair<int, bool>> runs;
   for (int w : worlds) {
-    json r = RunWorld(self, dir, w, mb, snapshots);
+    runs.push_back({w, false});
+    if (verify) runs.push_back({w, true});
+  }
+  for (const auto& [w, with_verify] : runs) {
+    json r = RunWorld(self, dir, w, mb, snapshots, with_verify);
+    r["verify_replicas"] = with_verify;
     all.push_back(r);
     if (!r["ok"].get<bool>()) {
       std::printf("%5d failed\n", w);
       continue;
+    }
+    std::string written;
+    for (const auto& b : r["written_bytes_last_step"]) {
+      written += (written.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
     }
     std::string stored;
     for (const auto& b : r["stored_bytes_last_step"]) {
@@ -270,9 +299,10 @@ int main(int argc, char** argv) {
       stall = std::max(stall, pr["stall_ms"].get<double>());
       copy = std::max(copy, pr["memcpy_ms"].get<double>());
     }
-    std::printf("%5d %10.1f %10.1f %12.0f %14s %10.3f %12.3f\n", w, stall, copy,
-                r["aggregate_persist_mb_s"].get<double>(), stored.c_str(), r["restore_s_max"].get<double>(),
-                r["torch_load_s_max"].get<double>());
+    std::printf("%5d %6s %10.1f %10.1f %12.0f %12.0f %16s %8.3f %14s %10.3f %12.3f\n", w, with_verify ? "on" : "off",
+                stall, copy, r["aggregate_persist_mb_s"].get<double>(), r["state_persist_mb_s"].get<double>(),
+                written.c_str(), r["balance_max_over_mean"].get<double>(), stored.c_str(),
+                r["restore_s_max"].get<double>(), r["torch_load_s_max"].get<double>());
     std::fflush(stdout);
   }
   if (!json_path.empty()) std::ofstream(json_path) << all.dump(2);

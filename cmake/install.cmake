@@ -1,5 +1,6 @@
 # Install rules: headers, libtrainsnap, the trainsnap CLI (when built), a CMake
-# package (find_package(trainsnap) -> trainsnap::trainsnap) and a pkg-config file.
+# package (find_package(trainsnap) -> trainsnap::trainsnap; COMPONENTS
+# distributed -> trainsnap::distributed) and a pkg-config file (libtrainsnap only).
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/trainsnap
@@ -11,6 +12,17 @@ install(TARGETS trainsnap EXPORT trainsnapTargets
 # (No INCLUDES DESTINATION: the target's INSTALL_INTERFACE include directory
 # already names it, and a second entry would list it twice.)
 install(EXPORT trainsnapTargets NAMESPACE trainsnap::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
+
+# The optional component `distributed` (find_package(trainsnap COMPONENTS
+# distributed) -> trainsnap::distributed): an export set of its own, so that
+# only the consumers who ask for it need Gloo (trainsnapConfig.cmake).
+set_target_properties(trainsnap_distributed PROPERTIES EXPORT_NAME distributed)
+install(TARGETS trainsnap_distributed EXPORT trainsnapDistributedTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(EXPORT trainsnapDistributedTargets NAMESPACE trainsnap::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/trainsnap)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/trainsnapConfig.cmake.in

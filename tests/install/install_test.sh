@@ -2,8 +2,10 @@
 # Installs the build into a scratch prefix, MOVES the prefix elsewhere (a
 # relocatable package works from wherever it is unpacked), checks the
 # exported CMake target (no absolute LibTorch paths, one include directory,
-# C++17 required), then builds two consumers against the moved prefix: a
-# CMake project (find_package) and a plain g++ line (pkg-config).
+# C++17 required), then builds consumers against the moved prefix: a CMake
+# project (find_package, with Gloo hidden: only the component needs it), a
+# CMake project of the optional component `distributed` (a one-rank
+# DistributedCheckpointer, run), and a plain g++ line (pkg-config).
 set -euo pipefail
 : "${TRAINSNAP_BUILD_DIR:?}" "${TRAINSNAP_CONSUMER_DIR:?}" "${TRAINSNAP_WORK_DIR:?}"
 rm -rf "$TRAINSNAP_WORK_DIR"
@@ -42,11 +44,23 @@ grep -q 'INTERFACE_COMPILE_FEATURES "cxx_std_17"' "$targets" || fail "the export
 links=$(grep 'INTERFACE_LINK_LIBRARIES' "$targets")
 [ "$links" = '  INTERFACE_LINK_LIBRARIES "torch"' ] || fail "unexpected link interface: $links"
 
-echo "== CMake consumer (find_package(trainsnap)), C++14 project"
+echo "== CMake consumer (find_package(trainsnap)), C++14 project, Gloo hidden (only the component needs it)"
 cmake -S "$TRAINSNAP_CONSUMER_DIR" -B "$TRAINSNAP_WORK_DIR/cmake-build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=TRUE >/dev/null
 cmake --build "$TRAINSNAP_WORK_DIR/cmake-build" >/dev/null
 "$TRAINSNAP_WORK_DIR/cmake-build/consumer" "$TRAINSNAP_WORK_DIR/store-cmake"
+
+echo "== CMake consumer of the component (find_package(trainsnap COMPONENTS distributed))"
+dist_targets="$prefix/lib/cmake/trainsnap/trainsnapDistributedTargets.cmake"
+test -f "$dist_targets" || fail "trainsnapDistributedTargets.cmake is not installed"
+dist_links=$(grep 'INTERFACE_LINK_LIBRARIES' "$dist_targets")
+[ "$dist_links" = '  INTERFACE_LINK_LIBRARIES "trainsnap::trainsnap;gloo"' ] ||
+  fail "unexpected link interface of trainsnap::distributed: $dist_links"
+cmake -S "$TRAINSNAP_CONSUMER_DIR/../consumer_distributed" -B "$TRAINSNAP_WORK_DIR/dist-build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$TRAINSNAP_WORK_DIR/dist-build" >/dev/null
+"$TRAINSNAP_WORK_DIR/dist-build/distributed_consumer" "$TRAINSNAP_WORK_DIR/run-dist" | grep -qx "distributed consumer: OK" ||
+  fail "the distributed consumer failed"
 
 echo "== pkg-config consumer"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
