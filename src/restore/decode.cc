@@ -3,15 +3,15 @@
 #include <c10/util/safe_numerics.h>
 
 #include "torch/contract.h"
-#include "capture/staging_pool.h"
 #include "torch/dtype.h"
+#include "torch/slab_chain.h"
 
 namespace trainsnap::internal {
 
 namespace {
 
-// Host tensors under StagingSlabs::kSmallBytes are cut from shared slabs
-// rather than allocated one by one (why: StagingSlabs). One chain of slabs per
+// Host tensors under kSmallTensorBytes are cut from shared slabs rather
+// than allocated one by one (why: torch/slab_chain.h). One chain of slabs per
 // role: the slabs of tensors that apply copies into live ones (parameters)
 // die with the restore, while those it installs (optimizer state, replaced
 // gradients) hold only slabs of their own role.
@@ -22,12 +22,12 @@ class HostSlabs {
     // torch::empty's path, whose errors the caller reports.
     uint64_t numel = 0;
     const bool overflow = c10::safe_multiplies_u64(shape, &numel);
-    if (overflow || numel == 0 || numel >= StagingSlabs::kSmallBytes ||
-        numel * c10::elementSize(type) >= StagingSlabs::kSmallBytes) {
+    if (overflow || numel == 0 || numel >= kSmallTensorBytes ||
+        numel * c10::elementSize(type) >= kSmallTensorBytes) {
       return torch::empty(shape, torch::TensorOptions().dtype(type));
     }
     return slabs_[role].Cut(shape, type, [] {
-      return torch::empty({static_cast<int64_t>(StagingSlabs::kSlabBytes)}, torch::kUInt8);
+      return torch::empty({static_cast<int64_t>(kSlabBytes)}, torch::kUInt8);
     });
   }
 
