@@ -5,11 +5,8 @@
 namespace trainsnap::internal {
 
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
-  for (const StagedTensor& staged : snapshot.staging.tensors()) {
-    const std::string name = staged.name.empty() ? std::to_string(staged.param_id) : staged.name;
-    TRAINSNAP_RETURN_IF_ERROR(
-        writer.AddTensor(ViewOf(staged)).WithContext("tensor `" + name + "` role " + staged.role));
-  }
+  // The writer's errors name the tensor by TensorView::name.
+  for (const StagedTensor& staged : snapshot.staging.tensors()) TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged)));
   for (const UnchangedTensor& unchanged : snapshot.unchanged) {
     TRAINSNAP_RETURN_IF_ERROR(writer.AddTensorRecord(unchanged.record)
                                   .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role +

@@ -1,17 +1,16 @@
 #include "capture/pipeline.h"
 
 #include <algorithm>
-#include <exception>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include <boost/asio/post.hpp>
-#include <c10/util/Exception.h>
 
 #include "capture/device_readback.h"
 #include "capture/encode.h"
 #include "store/thread_priority.h"
+#include "torch/exception_boundary.h"
 
 namespace trainsnap::internal {
 
@@ -19,22 +18,6 @@ namespace {
 
 Mutex encode_delay_mu;
 std::function<std::chrono::milliseconds(int64_t)> encode_delay GUARDED_BY(encode_delay_mu);
-
-// Pool tasks must not throw: LibTorch and allocation errors become a Status.
-template <class Fn>
-Status Contained(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const c10::Error& e) {
-    return Status::Aborted(std::string("LibTorch: ") + e.what_without_backtrace());
-  } catch (const std::bad_alloc&) {
-    return Status::Aborted("out of memory");
-  } catch (const std::exception& e) {
-    return Status::Aborted(e.what());
-  } catch (...) {
-    return Status::Aborted("an exception that is not a std::exception was thrown");
-  }
-}
 
 size_t ThreadCount(int threads) {
   return threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
@@ -139,7 +122,8 @@ std::shared_ptr<CaptureState> CapturePipeline::Failed(int64_t step, Status statu
 
 void CapturePipeline::Encode(Job& job) {
   const int64_t step = job.staged->step;
-  job.status = Contained([&]() -> Status {
+  // Pool tasks must not throw.
+  job.status = ExceptionBoundary([&]() -> Status {
     for (const std::shared_ptr<c10::Event>& event : job.ready) WaitForEvent(*event);
     job.ready.clear();
     std::chrono::milliseconds delay{0};
@@ -169,7 +153,7 @@ void CapturePipeline::EncodeDone(std::shared_ptr<Job> job) {
 void CapturePipeline::Commit(Job& job) {
   const int64_t step = job.staged->step;
   if (job.status.ok()) {
-    job.status = Contained([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
+    job.status = ExceptionBoundary([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
   }
   job.writer.reset();  // an uncommitted writer abandons its snapshot
   job.pin.reset();     // the store is not used past this point

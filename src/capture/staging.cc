@@ -78,6 +78,7 @@ TensorView ViewOf(const StagedTensor& staged) {
   view.shape.assign(staged.host.sizes().begin(), staged.host.sizes().end());
   view.data = staged.host.data_ptr();
   view.size_bytes = staged.host.nbytes();
+  if (!staged.name.empty()) view.name = "tensor `" + staged.name + "` role " + staged.role;
   return view;
 }
 
