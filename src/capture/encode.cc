@@ -15,7 +15,7 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   return Status::OK();
 }
 
-Result<SnapshotInfo> CommitSnapshot(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
+Result<SnapshotInfo> CommitStaged(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   std::string bytes;
   if (!snapshot.manifest.SerializeToString(&bytes)) {
     return Status::InvalidArgument("manifest does not serialize");

@@ -153,7 +153,7 @@ void CapturePipeline::EncodeDone(std::shared_ptr<Job> job) {
 void CapturePipeline::Commit(Job& job) {
   const int64_t step = job.staged->step;
   if (job.status.ok()) {
-    job.status = ExceptionBoundary([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
+    job.status = ExceptionBoundary([&] { return CommitStaged(*job.staged, *job.writer).status(); });
   }
   job.writer.reset();  // an uncommitted writer abandons its snapshot
   job.pin.reset();     // the store is not used past this point

@@ -37,8 +37,8 @@ class Checkpointer::Impl {
         options_(std::move(options)),
         pipeline_(std::make_unique<internal::CapturePipeline>(
             store_,
-            // 0 in the checkpointer's options defers to the store's (DESIGN.md:
-            // StoreOptions carries the pipeline's threads and staging bound).
+            // 0 in the checkpointer's options defers to the store's
+            // (StoreOptions::threads, StoreOptions::max_staging_bytes).
             options_.threads != 0 ? options_.threads : store_.options().threads,
             options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes,
             options_.max_captures_in_flight)) {}

@@ -39,8 +39,8 @@ class HostSlabs {
 
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
-  std::map<TensorKey, const TensorRecord*> by_key;
-  for (const TensorRecord& record : records) by_key.emplace(TensorKey(record.param_id, record.role), &record);
+  std::map<DecodedKey, const TensorRecord*> by_key;
+  for (const TensorRecord& record : records) by_key.emplace(DecodedKey(record.param_id, record.role), &record);
 
   // Check every record and allocate its host tensor first; then read.
   // One read per wanted tensor, into its fresh host tensor (hosts[i]).
@@ -51,7 +51,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   hosts.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
     const std::string what = "tensor `" + want.name + "` role " + want.role;
-    auto it = by_key.find(TensorKey(want.param_id, want.role));
+    auto it = by_key.find(DecodedKey(want.param_id, want.role));
     if (it == by_key.end()) return Status::Corruption(what + ": in the manifest but not in the snapshot");
     const TensorRecord& record = *it->second;
     if (record.shape != want.shape) {
@@ -75,7 +75,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));
   DecodedTensors decoded;
   for (size_t i = 0; i < hosts.size(); ++i) {
-    decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
+    decoded.emplace(DecodedKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
   }
   return decoded;
 }
