@@ -6,7 +6,9 @@ namespace trainsnap::internal {
 
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   // The writer's errors name the tensor by TensorView::name.
-  for (const StagedTensor& staged : snapshot.staging.tensors()) TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged)));
+  for (const StagedTensor& staged : snapshot.staging.tensors()) {
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged)));
+  }
   for (const UnchangedTensor& unchanged : snapshot.unchanged) {
     TRAINSNAP_RETURN_IF_ERROR(writer.AddTensorRecord(unchanged.record)
                                   .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role +
