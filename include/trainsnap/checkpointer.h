@@ -247,8 +247,10 @@ struct RestoreOptions {
   TensorSources* sources = nullptr;
 };
 
-// Thread-compatible: one training thread drives a Checkpointer. The Store
-// must outlive it: destroying the Store while captures are still in flight
+// Thread-compatible: one training thread drives a Checkpointer. No exception
+// escapes it: one thrown by LibTorch (c10::Error), the allocator or user
+// code fails the call with Aborted ("LibTorch: <message>", "out of memory",
+// ...). The Store must outlive it: destroying the Store while captures are still in flight
 // aborts the process (every build) with a message naming the store and step.
 class Checkpointer {
  public:

@@ -65,8 +65,8 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// Either a value or a non-OK Status. Accessing value() of an error is a bug
-// (checked by assert in debug builds).
+// Either a value or a non-OK Status. Accessing value() of an error is a bug:
+// it aborts the process, in every build, printing the status to stderr.
 template <class T>
 class [[nodiscard]] Result {
  public:

@@ -142,6 +142,7 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t size_bytes = 0;  // must equal numel(shape) * DTypeSize(dtype)
+  std::string name;       // for error messages; empty = "tensor param_id N role R"
 };
 
 // One destination of Store::ReadTensors.

@@ -27,7 +27,7 @@ bool ChangeTracker::Same(const Identity& a, const Identity& b) {
 }
 
 Status ChangeTracker::BeginCapture(Store& store, int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pending_[step].clear();
   if (!committed_step_) return Status::OK();
   auto info = store.Info(*committed_step_);
@@ -44,7 +44,7 @@ std::optional<int64_t> ChangeTracker::Observe(int64_t step, uint64_t param_id, c
                                               const torch::Tensor& tensor) {
   std::optional<Identity> id = IdentityOf(tensor);
   if (!id) return std::nullopt;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Key key(param_id, role);
   std::optional<int64_t> from;
   auto it = committed_.find(key);
@@ -54,7 +54,7 @@ std::optional<int64_t> ChangeTracker::Observe(int64_t step, uint64_t param_id, c
 }
 
 void ChangeTracker::Committed(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pending_.find(step);
   if (it == pending_.end()) return;
   committed_.clear();
@@ -64,12 +64,12 @@ void ChangeTracker::Committed(int64_t step) {
 }
 
 void ChangeTracker::Abandoned(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pending_.erase(step);
 }
 
 void ChangeTracker::Reset() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   committed_.clear();
   committed_step_.reset();
   pending_.clear();

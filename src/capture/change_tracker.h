@@ -28,6 +28,7 @@
 
 #include <torch/torch.h>
 
+#include "common/mutex.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -52,19 +53,19 @@ class ChangeTracker {
  public:
   // Starts the capture of `step`. Forgets every reference when the last
   // committed step is no longer in `store` (deleted, rolled back, pruned).
-  Status BeginCapture(Store& store, int64_t step);
+  Status BeginCapture(Store& store, int64_t step) EXCLUDES(mu_);
   // Whether (param_id, role) may be reused, and from which step: `tensor`
   // is unchanged since the last committed capture that included it. Records
   // the tensor's identity for the capture of `step` either way.
   std::optional<int64_t> Observe(int64_t step, uint64_t param_id, const std::string& role,
-                                 const torch::Tensor& tensor);
+                                 const torch::Tensor& tensor) EXCLUDES(mu_);
   // The capture of `step` committed: its observations become the reference
   // (tensors it did not observe are forgotten).
-  void Committed(int64_t step);
+  void Committed(int64_t step) EXCLUDES(mu_);
   // The capture of `step` failed: its observations are dropped.
-  void Abandoned(int64_t step);
+  void Abandoned(int64_t step) EXCLUDES(mu_);
   // Forgets everything (e.g. after a restore into other tensors).
-  void Reset();
+  void Reset() EXCLUDES(mu_);
 
  private:
   struct Identity {
@@ -86,10 +87,11 @@ class ChangeTracker {
   static std::optional<Identity> IdentityOf(const torch::Tensor& tensor);
   static bool Same(const Identity& a, const Identity& b);
 
-  std::mutex mu_;
-  std::map<Key, Reference> committed_;
-  std::optional<int64_t> committed_step_;
-  std::map<int64_t, std::map<Key, Identity>> pending_;  // by step
+  // Held across Store::Info in BeginCapture: taken before the store's locks.
+  Mutex mu_;
+  std::map<Key, Reference> committed_ GUARDED_BY(mu_);
+  std::optional<int64_t> committed_step_ GUARDED_BY(mu_);
+  std::map<int64_t, std::map<Key, Identity>> pending_ GUARDED_BY(mu_);  // by step
 };
 
 }  // namespace trainsnap::internal

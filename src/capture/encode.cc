@@ -5,10 +5,9 @@
 namespace trainsnap::internal {
 
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
+  // The writer's errors name the tensor by TensorView::name.
   for (const StagedTensor& staged : snapshot.staging.tensors()) {
-    const std::string name = staged.name.empty() ? std::to_string(staged.param_id) : staged.name;
-    TRAINSNAP_RETURN_IF_ERROR(
-        writer.AddTensor(ViewOf(staged)).WithContext("tensor `" + name + "` role " + staged.role));
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged)));
   }
   for (const UnchangedTensor& unchanged : snapshot.unchanged) {
     TRAINSNAP_RETURN_IF_ERROR(writer.AddTensorRecord(unchanged.record)
@@ -18,7 +17,7 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   return Status::OK();
 }
 
-Result<SnapshotInfo> CommitSnapshot(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
+Result<SnapshotInfo> CommitStaged(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   std::string bytes;
   if (!snapshot.manifest.SerializeToString(&bytes)) {
     return Status::InvalidArgument("manifest does not serialize");

@@ -13,6 +13,6 @@ namespace trainsnap::internal {
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer);
 
 // Attaches the manifest and commits the snapshot atomically.
-Result<SnapshotInfo> CommitSnapshot(const StagedSnapshot& snapshot, SnapshotWriter& writer);
+Result<SnapshotInfo> CommitStaged(const StagedSnapshot& snapshot, SnapshotWriter& writer);
 
 }  // namespace trainsnap::internal

@@ -1,40 +1,23 @@
 #include "capture/pipeline.h"
 
 #include <algorithm>
-#include <exception>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include <boost/asio/post.hpp>
-#include <c10/util/Exception.h>
 
 #include "capture/device_readback.h"
 #include "capture/encode.h"
 #include "store/thread_priority.h"
+#include "torch/exception_boundary.h"
 
 namespace trainsnap::internal {
 
 namespace {
 
-std::mutex encode_delay_mu;
-std::function<std::chrono::milliseconds(int64_t)> encode_delay;  // guarded by encode_delay_mu
-
-// Pool tasks must not throw: LibTorch and allocation errors become a Status.
-template <class Fn>
-Status Contained(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const c10::Error& e) {
-    return Status::Aborted(std::string("LibTorch: ") + e.what_without_backtrace());
-  } catch (const std::bad_alloc&) {
-    return Status::Aborted("out of memory");
-  } catch (const std::exception& e) {
-    return Status::Aborted(e.what());
-  } catch (...) {
-    return Status::Aborted("an exception that is not a std::exception was thrown");
-  }
-}
+Mutex encode_delay_mu;
+std::function<std::chrono::milliseconds(int64_t)> encode_delay GUARDED_BY(encode_delay_mu);
 
 size_t ThreadCount(int threads) {
   return threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
@@ -43,25 +26,25 @@ size_t ThreadCount(int threads) {
 }  // namespace
 
 Status CaptureState::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  MutexLock lock(&mu_);
+  while (!done_) lock.Wait(cv_);
   return status_;
 }
 
 bool CaptureState::Ready() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
 void CaptureState::Finish(Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_ = std::move(status);
   done_ = true;
   cv_.notify_all();
 }
 
 void CapturePipeline::SetEncodeDelayForTesting(std::function<std::chrono::milliseconds(int64_t step)> delay) {
-  std::lock_guard<std::mutex> lock(encode_delay_mu);
+  MutexLock lock(&encode_delay_mu);
   encode_delay = std::move(delay);
 }
 
@@ -86,16 +69,16 @@ CapturePipeline::~CapturePipeline() {
 }
 
 Status CapturePipeline::Admit(int64_t step) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (steps_in_flight_.count(step)) return Status::AlreadyExists("already in flight");
   if (max_in_flight_ == 0 || in_flight_ < max_in_flight_) return Status::OK();
   ++admit_waits_;
-  idle_.wait(lock, [&] { return in_flight_ < max_in_flight_; });
+  while (in_flight_ >= max_in_flight_) lock.Wait(idle_);
   return Status::OK();
 }
 
 CapturePipeline::LagStats CapturePipeline::lag_stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   LagStats out;
   out.last_committed_step = last_committed_step_;
   out.in_flight = in_flight_;
@@ -114,7 +97,7 @@ std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnap
   job->on_done = std::move(on_done);
   job->pin = std::make_unique<StorePin>(&store_, "capture step " + std::to_string(job->staged->step));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     job->seq = next_seq_++;
     ++in_flight_;
     steps_in_flight_.insert(job->staged->step);
@@ -130,7 +113,7 @@ std::shared_ptr<CaptureState> CapturePipeline::Submit(std::unique_ptr<StagedSnap
 std::shared_ptr<CaptureState> CapturePipeline::Failed(int64_t step, Status status) {
   auto state = std::make_shared<CaptureState>(step);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (first_error_.ok()) first_error_ = status;
   }
   state->Finish(std::move(status));
@@ -139,12 +122,13 @@ std::shared_ptr<CaptureState> CapturePipeline::Failed(int64_t step, Status statu
 
 void CapturePipeline::Encode(Job& job) {
   const int64_t step = job.staged->step;
-  job.status = Contained([&]() -> Status {
+  // Pool tasks must not throw.
+  job.status = ExceptionBoundary([&]() -> Status {
     for (const std::shared_ptr<c10::Event>& event : job.ready) WaitForEvent(*event);
     job.ready.clear();
     std::chrono::milliseconds delay{0};
     {
-      std::lock_guard<std::mutex> lock(encode_delay_mu);
+      MutexLock lock(&encode_delay_mu);
       if (encode_delay) delay = encode_delay(step);
     }
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
@@ -156,7 +140,7 @@ void CapturePipeline::Encode(Job& job) {
 }
 
 void CapturePipeline::EncodeDone(std::shared_ptr<Job> job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   encoded_.emplace(job->seq, std::move(job));
   // Posting to the strand in sequence order makes the commits run in that order.
   for (auto it = encoded_.find(next_commit_); it != encoded_.end(); it = encoded_.find(next_commit_)) {
@@ -169,7 +153,7 @@ void CapturePipeline::EncodeDone(std::shared_ptr<Job> job) {
 void CapturePipeline::Commit(Job& job) {
   const int64_t step = job.staged->step;
   if (job.status.ok()) {
-    job.status = Contained([&] { return CommitSnapshot(*job.staged, *job.writer).status(); });
+    job.status = ExceptionBoundary([&] { return CommitStaged(*job.staged, *job.writer).status(); });
   }
   job.writer.reset();  // an uncommitted writer abandons its snapshot
   job.pin.reset();     // the store is not used past this point
@@ -181,7 +165,7 @@ void CapturePipeline::Commit(Job& job) {
     // Before the handle is ready: whoever waited on it sees the step in
     // lag_stats(), and a capture of the same step is then refused by the
     // store (stored), not as "already in flight".
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (status.ok()) last_committed_step_ = step;
     steps_in_flight_.erase(steps_in_flight_.find(step));
   }
@@ -190,20 +174,20 @@ void CapturePipeline::Commit(Job& job) {
 }
 
 void CapturePipeline::Done(const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!status.ok() && first_error_.ok()) first_error_ = status;
   --in_flight_;
   idle_.notify_all();
 }
 
 void CapturePipeline::WaitIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  MutexLock lock(&mu_);
+  while (in_flight_ != 0) lock.Wait(idle_);
 }
 
 Status CapturePipeline::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  MutexLock lock(&mu_);
+  while (in_flight_ != 0) lock.Wait(idle_);
   Status error = std::move(first_error_);
   first_error_ = Status::OK();
   return error;

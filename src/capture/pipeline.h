@@ -17,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
@@ -28,6 +27,7 @@
 
 #include "capture/stage.h"
 #include "capture/staging_pool.h"
+#include "common/mutex.h"
 #include "store/store_pin.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -39,16 +39,16 @@ class CaptureState {
  public:
   explicit CaptureState(int64_t step) : step_(step) {}
   int64_t step() const { return step_; }
-  Status Wait();
-  bool Ready();
-  void Finish(Status status);
+  Status Wait() EXCLUDES(mu_);
+  bool Ready() EXCLUDES(mu_);
+  void Finish(Status status) EXCLUDES(mu_);
 
  private:
   const int64_t step_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  Status status_;
+  Mutex mu_;
+  std::condition_variable cv_;  // done_ became true
+  bool done_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
 };
 
 class CapturePipeline {
@@ -67,7 +67,7 @@ class CapturePipeline {
   // Called by the one submitting thread before it stages `step`:
   // AlreadyExists when a submission of `step` is in flight; otherwise waits
   // until fewer than max_in_flight submissions are (back-pressure).
-  Status Admit(int64_t step);
+  Status Admit(int64_t step) EXCLUDES(mu_);
   // Encodes `staged` once every event in `ready` completed, then commits it
   // after every earlier submission. `on_done` runs on the commit strand with
   // the final status before the handle becomes ready.
@@ -75,11 +75,11 @@ class CapturePipeline {
                                        std::vector<std::shared_ptr<c10::Event>> ready,
                                        std::function<void(const Status&)> on_done);
   // A capture that failed before Submit (staging) still counts in Flush.
-  std::shared_ptr<CaptureState> Failed(int64_t step, Status status);
+  std::shared_ptr<CaptureState> Failed(int64_t step, Status status) EXCLUDES(mu_);
   // Waits for every submission; returns the first error since the last Flush.
-  Status Flush();
+  Status Flush() EXCLUDES(mu_);
   // Waits for every submission; keeps the errors for the next Flush.
-  void WaitIdle();
+  void WaitIdle() EXCLUDES(mu_);
 
   struct LagStats {
     std::optional<int64_t> last_committed_step;
@@ -87,7 +87,7 @@ class CapturePipeline {
     size_t max_in_flight = 0;  // 0 = no bound
     uint64_t admit_waits = 0;  // Admit calls that waited for a slot
   };
-  LagStats lag_stats();
+  LagStats lag_stats() EXCLUDES(mu_);
 
   // Test hook: every encode of step s first sleeps delay(s) (a deliberately
   // slow encoder; encodes finishing out of order). Empty = no delay.
@@ -105,10 +105,10 @@ class CapturePipeline {
     // Held from Submit until the last use of the store (see store_pin.h).
     std::unique_ptr<StorePin> pin;
   };
-  void Encode(Job& job);
-  void EncodeDone(std::shared_ptr<Job> job);
-  void Commit(Job& job);
-  void Done(const Status& status);
+  void Encode(Job& job) EXCLUDES(mu_);
+  void EncodeDone(std::shared_ptr<Job> job) EXCLUDES(mu_);
+  void Commit(Job& job) EXCLUDES(mu_);
+  void Done(const Status& status) EXCLUDES(mu_);
 
   Store& store_;
   std::shared_ptr<StagingPool> staging_pool_;
@@ -116,17 +116,18 @@ class CapturePipeline {
   std::unique_ptr<boost::asio::thread_pool> copy_pool_;
   boost::asio::strand<boost::asio::thread_pool::executor_type> commit_strand_;
 
-  std::mutex mu_;
-  std::condition_variable idle_;
-  uint64_t next_seq_ = 0;
-  uint64_t next_commit_ = 0;
-  std::map<uint64_t, std::shared_ptr<Job>> encoded_;  // waiting for their turn to commit
-  size_t in_flight_ = 0;
-  std::multiset<int64_t> steps_in_flight_;
+  // A leaf lock: nothing else is locked while it is held (docs/code-map.md).
+  Mutex mu_;
+  std::condition_variable idle_;  // in_flight_ went down
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t next_commit_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<Job>> encoded_ GUARDED_BY(mu_);  // waiting for their turn to commit
+  size_t in_flight_ GUARDED_BY(mu_) = 0;
+  std::multiset<int64_t> steps_in_flight_ GUARDED_BY(mu_);
   const size_t max_in_flight_;
-  uint64_t admit_waits_ = 0;
-  std::optional<int64_t> last_committed_step_;
-  Status first_error_;
+  uint64_t admit_waits_ GUARDED_BY(mu_) = 0;
+  std::optional<int64_t> last_committed_step_ GUARDED_BY(mu_);
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainsnap::internal

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "torch/contract.h"
+#include "torch/exception_boundary.h"
 #include "torch/manifest_format.h"
 #include "capture/optimizer_state.h"
 #include "torch/rng_state.h"
@@ -107,7 +108,7 @@ Status StageTensorExtra(const std::string& name, const TensorStateful* stateful,
     return Status::InvalidArgument("the key contains '/', which tensor IDs reserve (\"extra:<key>/<tensor>\")");
   }
   TensorState saved;
-  TRAINSNAP_RETURN_IF_ERROR(stateful->SaveState(&saved));
+  TRAINSNAP_RETURN_IF_ERROR(ExceptionBoundary([&] { return stateful->SaveState(&saved); }, "SaveState"));
   proto::ExtraState* extra = snapshot.manifest.add_extra();
   extra->set_name(name);
   extra->set_has_tensors(true);
@@ -258,7 +259,11 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
     if (stateful == nullptr) return Status::InvalidArgument("extra state `" + name + "` is null");
     proto::ExtraState* extra = manifest.add_extra();
     extra->set_name(name);
-    extra->set_state(stateful->SaveState());
+    TRAINSNAP_RETURN_IF_ERROR(ExceptionBoundary([&] {
+                                extra->set_state(stateful->SaveState());
+                                return Status::OK();
+                              }, "SaveState")
+                                  .WithContext("extra state `" + name + "`"));
   }
   for (const auto& [name, stateful] : state.tensor_extra) {
     TRAINSNAP_RETURN_IF_ERROR(

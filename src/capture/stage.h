@@ -27,15 +27,16 @@ struct StagedSnapshot {
   std::vector<torch::Tensor> unchanged_live;
 };
 
-// InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
-// null extra; NotSupported for an unsupported optimizer or dtype. May throw
-// c10::Error (the caller converts it).
 // Reuse of unchanged tensors: both set, or neither (no reuse).
 struct Reuse {
   ChangeTracker* tracker = nullptr;
   Store* store = nullptr;  // where the tracker's steps are committed
 };
-// With `reuse`, frozen parameters unchanged since the tracker's last
+
+// InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
+// null extra; NotSupported for an unsupported optimizer or dtype; Aborted
+// when a Stateful's SaveState throws. May throw c10::Error (the caller's
+// ExceptionBoundary converts it). With `reuse`, frozen parameters unchanged since the tracker's last
 // committed capture go to StagedSnapshot::unchanged (with their records read
 // from `reuse.store`) instead of the staging area.
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,

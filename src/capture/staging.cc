@@ -42,7 +42,7 @@ bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
 bool StagingArea::IsAllZeroInPlace(const torch::Tensor& tensor) {
   const auto* bytes = static_cast<const unsigned char*>(tensor.data_ptr());
   size_t size = tensor.nbytes();
-  // Compare word-wise against a zero block; the tail byte-wise.
+  // memcmp against a static zero block, 4 KiB at a time, then the tail.
   static constexpr unsigned char kZeros[4096] = {};
   while (size >= sizeof(kZeros)) {
     if (std::memcmp(bytes, kZeros, sizeof(kZeros)) != 0) return false;
@@ -104,6 +104,7 @@ TensorView ViewOf(const StagedTensor& staged) {
   view.shape.assign(staged.host.sizes().begin(), staged.host.sizes().end());
   view.data = staged.host.data_ptr();
   view.size_bytes = staged.host.nbytes();
+  if (!staged.name.empty()) view.name = "tensor `" + staged.name + "` role " + staged.role;
   return view;
 }
 

@@ -25,13 +25,10 @@ torch::Tensor StagingPool::Acquire(c10::IntArrayRef sizes, c10::ScalarType dtype
   const size_t size_class = SizeClass(bytes);
   torch::Tensor backing;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto admissible = [&] {
-      return stats_.in_use_bytes + size_class <= max_bytes_ || stats_.in_use_bytes == owner->held;
-    };
-    if (!admissible()) {
+    MutexLock lock(&mu_);
+    if (!Admissible(size_class, *owner)) {
       ++stats_.waits;
-      released_.wait(lock, admissible);
+      while (!Admissible(size_class, *owner)) lock.Wait(released_);
     }
     auto it = free_.find({size_class, pinned});
     if (it != free_.end() && !it->second.empty()) {
@@ -59,7 +56,7 @@ torch::Tensor StagingPool::Acquire(c10::IntArrayRef sizes, c10::ScalarType dtype
       backing = torch::empty({static_cast<int64_t>(size_class)},
                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned));
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stats_.in_use_bytes -= size_class;
       owner->held -= size_class;
       released_.notify_all();
@@ -77,8 +74,12 @@ torch::Tensor StagingPool::Acquire(c10::IntArrayRef sizes, c10::ScalarType dtype
       torch::TensorOptions().dtype(dtype));
 }
 
+bool StagingPool::Admissible(size_t size_class, const StagingOwner& owner) const {
+  return stats_.in_use_bytes + size_class <= max_bytes_ || stats_.in_use_bytes == owner.held;
+}
+
 void StagingPool::Release(torch::Tensor backing, size_t size_class, bool pinned, StagingOwner* owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stats_.in_use_bytes -= size_class;
   owner->held -= size_class;
   if (stats_.in_use_bytes + stats_.cached_bytes + size_class <= max_bytes_) {
@@ -86,15 +87,6 @@ void StagingPool::Release(torch::Tensor backing, size_t size_class, bool pinned,
     stats_.cached_bytes += size_class;
   }
   released_.notify_all();
-}
-
-torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype) {
-  const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
-  const size_t piece = (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment;
-  if (*used > slab.nbytes() || piece > slab.nbytes() - *used) return torch::Tensor();
-  void* data = static_cast<uint8_t*>(slab.data_ptr()) + *used;
-  *used += piece;
-  return torch::from_blob(data, sizes, [slab](void*) {}, torch::TensorOptions().dtype(dtype));
 }
 
 torch::Tensor StagingSlabs::Acquire(StagingPool& pool, c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
@@ -106,7 +98,7 @@ torch::Tensor StagingSlabs::Acquire(StagingPool& pool, c10::IntArrayRef sizes, c
 }
 
 StagingPoolStats StagingPool::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   StagingPoolStats s = stats_;
   s.max_bytes = max_bytes_;
   return s;

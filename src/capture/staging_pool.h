@@ -14,16 +14,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "common/mutex.h"
+#include "torch/slab_chain.h"
 
 namespace trainsnap::internal {
 
 // The buffers one snapshot holds; shared by the pool and the buffers' deleters.
 struct StagingOwner {
-  size_t held = 0;  // guarded by the pool's mutex
+  size_t held = 0;  // guarded by the pool's mu_ (not expressible as GUARDED_BY: another object's lock)
 };
 
 struct StagingPoolStats {
@@ -48,54 +50,31 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   // `owner` until then. Waits as described above. May throw c10::Error or
   // std::bad_alloc from the allocator.
   torch::Tensor Acquire(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
-                        const std::shared_ptr<StagingOwner>& owner);
+                        const std::shared_ptr<StagingOwner>& owner) EXCLUDES(mu_);
 
-  StagingPoolStats stats() const;
+  StagingPoolStats stats() const EXCLUDES(mu_);
   // Bytes charged for a request of `bytes`: rounded up to one of 8 classes
   // per power of two (at most 12.5% over), at least 4 KiB.
   static size_t SizeClass(size_t bytes);
 
  private:
   explicit StagingPool(size_t max_bytes) : max_bytes_(max_bytes) {}
-  void Release(torch::Tensor backing, size_t size_class, bool pinned, StagingOwner* owner);
+  void Release(torch::Tensor backing, size_t size_class, bool pinned, StagingOwner* owner) EXCLUDES(mu_);
+  // Whether a buffer of `size_class` may be handed to `owner` now (the bound).
+  bool Admissible(size_t size_class, const StagingOwner& owner) const REQUIRES(mu_);
 
   using FreeKey = std::pair<size_t, bool>;  // (size class, pinned)
   const size_t max_bytes_;
-  mutable std::mutex mu_;
-  std::condition_variable released_;
-  std::map<FreeKey, std::vector<torch::Tensor>> free_;
-  StagingPoolStats stats_;
-};
-
-// A contiguous tensor of `sizes`/`dtype` cut from the uint8 buffer `slab` at
-// offset `*used` (a multiple of kSlabAlignment), which then moves past it,
-// rounded up to the next multiple; the piece keeps the slab alive. An
-// undefined tensor when the rest of the slab is too small.
-constexpr size_t kSlabAlignment = 64;
-torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype);
-
-// Pieces cut from the current slab; `fresh()` gives the next one (a uint8
-// buffer at least as large as any piece) when the rest is too small.
-class SlabChain {
- public:
-  template <typename Fresh>
-  torch::Tensor Cut(c10::IntArrayRef sizes, c10::ScalarType dtype, Fresh&& fresh) {
-    if (slab_.defined()) {
-      torch::Tensor piece = CutFromSlab(slab_, &used_, sizes, dtype);
-      if (piece.defined()) return piece;
-    }
-    slab_ = fresh();
-    used_ = 0;
-    return CutFromSlab(slab_, &used_, sizes, dtype);
-  }
-
- private:
-  torch::Tensor slab_;
-  size_t used_ = 0;
+  // A leaf lock (docs/code-map.md). Release runs in buffers' deleters, on
+  // whichever thread drops the last reference: no lock may be held there.
+  mutable Mutex mu_;
+  std::condition_variable released_;  // a buffer came back
+  std::map<FreeKey, std::vector<torch::Tensor>> free_ GUARDED_BY(mu_);
+  StagingPoolStats stats_ GUARDED_BY(mu_);
 };
 
 // Small staging buffers cut from larger pooled ones ("slabs"). A request under
-// kSmallBytes would otherwise take a whole 4 KiB pool buffer of its own: a
+// kSmallTensorBytes would otherwise take a whole 4 KiB pool buffer of its own: a
 // capture of 150,000 tensors of 256 bytes then allocated 600 MB in 150,000
 // aligned mallocs, and glibc's allocator, fragmented by them, made every
 // later allocation of capture and restore slower (50k parameters took 15-22x
@@ -108,11 +87,9 @@ class SlabChain {
 // thread-safe.
 class StagingSlabs {
  public:
-  static constexpr size_t kSmallBytes = 4096;
-  static constexpr size_t kSlabBytes = size_t{256} << 10;
   static constexpr size_t kUnslabbed = 256;
 
-  // As StagingPool::Acquire, for a request of fewer than kSmallBytes bytes
+  // As StagingPool::Acquire, for a request of fewer than kSmallTensorBytes bytes
   // (more than 0).
   torch::Tensor Acquire(StagingPool& pool, c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
                         const std::shared_ptr<StagingOwner>& owner);

@@ -39,7 +39,7 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   torch::Tensor src = tensor.detach();
   const c10::Device device = src.device();
   const size_t bytes = src.nbytes();
-  torch::Tensor dst = bytes > 0 && bytes < StagingSlabs::kSmallBytes
+  torch::Tensor dst = bytes > 0 && bytes < kSmallTensorBytes
                           ? slabs_.Acquire(*pool_, src.sizes(), src.scalar_type(), PinnedFor(device), owner_)
                           : pool_->Acquire(src.sizes(), src.scalar_type(), PinnedFor(device), owner_);
   if (dst.numel() == 0) return dst;

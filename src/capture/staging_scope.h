@@ -65,7 +65,7 @@ class StagingScope {
   std::shared_ptr<StagingPool> pool_;
   boost::asio::thread_pool* copy_pool_;
   std::shared_ptr<StagingOwner> owner_ = std::make_shared<StagingOwner>();
-  StagingSlabs slabs_;  // buffers of tensors under StagingSlabs::kSmallBytes
+  StagingSlabs slabs_;  // buffers of tensors under kSmallTensorBytes
   std::vector<HostCopy> host_copies_;
   std::map<std::string, std::unique_ptr<DeviceReadback>> readbacks_;  // by device string
   std::vector<std::shared_ptr<c10::Event>> done_;

@@ -1,38 +1,19 @@
 #include "trainsnap/checkpointer.h"
 
-#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <c10/util/Exception.h>
 
 #include "torch/base_identity.h"
 #include "capture/pipeline.h"
 #include "capture/stage.h"
 #include "capture/staging_scope.h"
 #include "restore/restore_snapshot.h"
+#include "torch/exception_boundary.h"
 
 namespace trainsnap {
 
 namespace {
-
-// The exception boundary: LibTorch reports errors by throwing c10::Error.
-template <class Fn>
-Status Guarded(const std::string& context, Fn&& fn) {
-  try {
-    return fn().WithContext(context);
-  } catch (const c10::Error& e) {
-    return Status::InvalidArgument(context + ": LibTorch: " + e.what_without_backtrace());
-  } catch (const std::bad_alloc&) {
-    return Status::Aborted(context + ": out of memory");
-  } catch (const std::exception& e) {
-    return Status::Aborted(context + ": " + e.what());
-  } catch (...) {
-    // User code (a Stateful) may throw anything; nothing escapes the API.
-    return Status::Aborted(context + ": an exception that is not a std::exception was thrown");
-  }
-}
 
 std::string CaptureContext(int64_t step) { return "capture step " + std::to_string(step); }
 
@@ -56,15 +37,15 @@ class Checkpointer::Impl {
         options_(std::move(options)),
         pipeline_(std::make_unique<internal::CapturePipeline>(
             store_,
-            // 0 in the checkpointer's options defers to the store's (DESIGN.md:
-            // StoreOptions carries the pipeline's threads and staging bound).
+            // 0 in the checkpointer's options defers to the store's
+            // (StoreOptions::threads, StoreOptions::max_staging_bytes).
             options_.threads != 0 ? options_.threads : store_.options().threads,
             options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes,
             options_.max_captures_in_flight)) {}
 
   // Errors carry "capture step N"; admission and staging errors also count for Flush.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state) {
-    Status admitted = Guarded(CaptureContext(step), [&] { return Admit(step); });
+    Status admitted = internal::ExceptionBoundary([&] { return Admit(step); }).WithContext(CaptureContext(step));
     if (!admitted.ok()) {
       pipeline_->Failed(step, admitted);
       return admitted;
@@ -72,7 +53,7 @@ class Checkpointer::Impl {
     internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
     std::unique_ptr<internal::StagedSnapshot> staged;
     std::vector<std::shared_ptr<c10::Event>> ready;
-    Status staging = Guarded(CaptureContext(step), [&]() -> Status {
+    Status staging = internal::ExceptionBoundary([&]() -> Status {
       if (tracker) TRAINSNAP_RETURN_IF_ERROR(tracker->BeginCapture(store_, step));
       // CopyToHost inside Stage takes pooled buffers (waiting at the bound)
       // and queues device readbacks through this scope.
@@ -82,7 +63,7 @@ class Checkpointer::Impl {
       staged = std::move(result).value();
       ready = scope.Finish();
       return Status::OK();
-    });
+    }).WithContext(CaptureContext(step));
     if (!staging.ok()) {
       if (tracker) tracker->Abandoned(step);
       pipeline_->Failed(step, staging);
@@ -171,7 +152,8 @@ Status Checkpointer::Flush() { return impl_->Flush(); }
 PipelineStats Checkpointer::pipeline_stats() const { return impl_->Stats(); }
 
 Status Checkpointer::Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
-  return Guarded("restore step " + std::to_string(step), [&] { return impl_->Restore(step, target, options); });
+  return internal::ExceptionBoundary([&] { return impl_->Restore(step, target, options); })
+      .WithContext("restore step " + std::to_string(step));
 }
 
 Status Checkpointer::RollbackTo(int64_t step, const TrainingState& target) {
@@ -182,14 +164,14 @@ Status Checkpointer::RollbackTo(int64_t step, const TrainingState& target) {
 
 Result<int64_t> Checkpointer::RestoreLatest(const TrainingState& target, const RestoreOptions& options) {
   int64_t restored = -1;
-  Status status = Guarded("restore latest", [&]() -> Status {
+  Status status = internal::ExceptionBoundary([&]() -> Status {
     impl_->WaitIdle();  // the latest may still be in flight
     TRAINSNAP_ASSIGN_OR_RETURN(std::optional<int64_t> latest, impl_->store().Latest());
     if (!latest.has_value()) return Status::NotFound("the store holds no snapshot");
     TRAINSNAP_RETURN_IF_ERROR(impl_->Restore(*latest, target, options).WithContext("step " + std::to_string(*latest)));
     restored = *latest;
     return Status::OK();
-  });
+  }).WithContext("restore latest");
   if (!status.ok()) return status;
   return restored;
 }

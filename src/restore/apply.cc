@@ -2,6 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 
+#include "torch/exception_boundary.h"
 #include "torch/scheduler_state.h"
 
 namespace trainsnap::internal {
@@ -16,22 +17,11 @@ struct PreviousExtra {
 
 // LoadState must not throw; one that does counts as a refusal, so that the
 // ones before it still get rolled back.
-template <class Fn>
-Status NoThrow(const char* call, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return Status::Aborted(std::string(call) + " threw: " + e.what());
-  } catch (...) {
-    return Status::Aborted(std::string(call) + " threw an exception that is not a std::exception");
-  }
-}
-
 Status LoadExtra(RestorePlan::Extra& item, const std::string& bytes, const TensorState* tensor_state) {
   if (item.tensor_target != nullptr) {
-    return NoThrow("LoadState", [&] { return item.tensor_target->LoadState(*tensor_state); });
+    return ExceptionBoundary([&] { return item.tensor_target->LoadState(*tensor_state); }, "LoadState");
   }
-  return NoThrow("LoadState", [&] { return item.target->LoadState(bytes); });
+  return ExceptionBoundary([&] { return item.target->LoadState(bytes); }, "LoadState");
 }
 
 // Each extra's state before the restore. SaveState may hand back tensors
@@ -42,7 +32,7 @@ Status SavePrevious(std::vector<RestorePlan::Extra>& extra, std::vector<Previous
   previous->resize(extra.size());
   for (size_t i = 0; i < extra.size(); ++i) {
     PreviousExtra& before = (*previous)[i];
-    Status saved = NoThrow("SaveState", [&] {
+    Status saved = ExceptionBoundary([&] {
       if (extra[i].tensor_target == nullptr) {
         before.bytes = extra[i].target->SaveState();
         return Status::OK();
@@ -53,7 +43,7 @@ Status SavePrevious(std::vector<RestorePlan::Extra>& extra, std::vector<Previous
         if (tensor.defined()) tensor = tensor.detach().clone();
       }
       return Status::OK();
-    });
+    }, "SaveState");
     if (!saved.ok()) return saved.WithContext("extra state `" + extra[i].name + "`: saving its state before the restore");
   }
   return Status::OK();

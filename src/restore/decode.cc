@@ -3,15 +3,15 @@
 #include <c10/util/safe_numerics.h>
 
 #include "torch/contract.h"
-#include "capture/staging_pool.h"
 #include "torch/dtype.h"
+#include "torch/slab_chain.h"
 
 namespace trainsnap::internal {
 
 namespace {
 
-// Host tensors under StagingSlabs::kSmallBytes are cut from shared slabs
-// rather than allocated one by one (why: StagingSlabs). One chain of slabs per
+// Host tensors under kSmallTensorBytes are cut from shared slabs rather
+// than allocated one by one (why: torch/slab_chain.h). One chain of slabs per
 // role: the slabs of tensors that apply copies into live ones (parameters)
 // die with the restore, while those it installs (optimizer state, replaced
 // gradients) hold only slabs of their own role.
@@ -22,12 +22,12 @@ class HostSlabs {
     // torch::empty's path, whose errors the caller reports.
     uint64_t numel = 0;
     const bool overflow = c10::safe_multiplies_u64(shape, &numel);
-    if (overflow || numel == 0 || numel >= StagingSlabs::kSmallBytes ||
-        numel * c10::elementSize(type) >= StagingSlabs::kSmallBytes) {
+    if (overflow || numel == 0 || numel >= kSmallTensorBytes ||
+        numel * c10::elementSize(type) >= kSmallTensorBytes) {
       return torch::empty(shape, torch::TensorOptions().dtype(type));
     }
     return slabs_[role].Cut(shape, type, [] {
-      return torch::empty({static_cast<int64_t>(StagingSlabs::kSlabBytes)}, torch::kUInt8);
+      return torch::empty({static_cast<int64_t>(kSlabBytes)}, torch::kUInt8);
     });
   }
 
@@ -39,8 +39,8 @@ class HostSlabs {
 
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
-  std::map<TensorKey, const TensorRecord*> by_key;
-  for (const TensorRecord& record : records) by_key.emplace(TensorKey(record.param_id, record.role), &record);
+  std::map<DecodedKey, const TensorRecord*> by_key;
+  for (const TensorRecord& record : records) by_key.emplace(DecodedKey(record.param_id, record.role), &record);
 
   // Check every record and allocate its host tensor first; then read.
   // One read per wanted tensor, into its fresh host tensor (hosts[i]).
@@ -51,7 +51,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   hosts.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
     const std::string what = "tensor `" + want.name + "` role " + want.role;
-    auto it = by_key.find(TensorKey(want.param_id, want.role));
+    auto it = by_key.find(DecodedKey(want.param_id, want.role));
     if (it == by_key.end()) return Status::Corruption(what + ": in the manifest but not in the snapshot");
     const TensorRecord& record = *it->second;
     if (record.shape != want.shape) {
@@ -75,7 +75,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));
   DecodedTensors decoded;
   for (size_t i = 0; i < hosts.size(); ++i) {
-    decoded.emplace(TensorKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
+    decoded.emplace(DecodedKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
   }
   return decoded;
 }

@@ -16,8 +16,8 @@
 
 namespace trainsnap::internal {
 
-using TensorKey = std::pair<uint64_t, std::string>;  // (param_id, role)
-using DecodedTensors = std::map<TensorKey, torch::Tensor>;
+using DecodedKey = std::pair<uint64_t, std::string>;  // (param_id, role)
+using DecodedTensors = std::map<DecodedKey, torch::Tensor>;
 
 // A tensor the manifest says the snapshot holds, with what it must look like.
 struct WantedTensor {

@@ -56,7 +56,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
     auto state = std::make_unique<State>();
     Traits::SetStep(*state, param_state.step());
     for (const std::string& role : param_state.roles()) {
-      auto tensor_it = decoded.find(TensorKey(param_state.param_id(), stored.role_prefix() + role));
+      auto tensor_it = decoded.find(DecodedKey(param_state.param_id(), stored.role_prefix() + role));
       if (tensor_it == decoded.end()) return Status::Corruption(what + " role " + role + ": not decoded");
       torch::Tensor tensor = tensor_it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/false);
       if (!Traits::SetTensor(*state, role, tensor)) {

@@ -170,21 +170,21 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   RestorePlan plan;
   for (const proto::ContractParam& param : manifest.params()) {
     const ContractEntry& entry = EntryOf(contract.Trainable(param.id()));
-    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(param.id(), "param")),
+    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(param.id(), "param")),
                            "parameter `" + entry.names.front() + "`"});
     if (!options.restore_gradients) continue;
     RestorePlan::Grad grad;
     grad.param = entry.tensor;
     grad.state = param.grad();
     if (grad.state == proto::GRAD_STORED) {
-      grad.staged = decoded.at(TensorKey(param.id(), "grad")).to(entry.tensor.device());
+      grad.staged = decoded.at(DecodedKey(param.id(), "grad")).to(entry.tensor.device());
     }
     plan.grads.push_back(std::move(grad));
   }
   for (const proto::ModelTensor& stored : manifest.model_tensors()) {
     const bool buffer = stored.role() == "buffer";
     const ContractEntry& entry = EntryOf(buffer ? contract.Buffer(stored.id()) : contract.Frozen(stored.id()));
-    plan.copies.push_back({entry.tensor, decoded.at(TensorKey(stored.id(), stored.role())),
+    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(stored.id(), stored.role())),
                            (buffer ? "buffer `" : "parameter `") + entry.names.front() + "`"});
   }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
@@ -218,7 +218,7 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
       item.tensor_state.type = extra.type();
       item.tensor_state.bytes = extra.state();
       for (const proto::ExtraTensor& tensor : extra.tensors()) {
-        item.tensor_state.tensors[tensor.name()] = decoded.at(TensorKey(tensor.id(), "extra"));
+        item.tensor_state.tensors[tensor.name()] = decoded.at(DecodedKey(tensor.id(), "extra"));
       }
     }
     plan.extra.push_back(std::move(item));

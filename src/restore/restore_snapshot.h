@@ -1,6 +1,7 @@
-// A whole restore, in the order DESIGN.md fixes: manifest and format version,
-// contract, frozen base, devices, composition, decode (hash-verified), and
-// only then the copy into the live objects.
+// A whole restore: manifest and format version, contract, frozen base,
+// devices, composition, decode (hash-verified), and only then the copy into
+// the live objects, so that every check that can fail runs before anything
+// live is touched.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 namespace trainsnap::internal {
 
 // On error before the copy, every live object is unchanged. May throw
-// c10::Error (the caller converts it). Chunks decode in parallel on the
+// c10::Error (the caller's ExceptionBoundary converts it). Chunks decode in parallel on the
 // store's workers (see DecodeTensors).
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
                        const std::string& base_label, BaseIdentityBuilder& base);

@@ -192,7 +192,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
 
 Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) {
   auto fail = [&](Status s) {
-    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + TensorName(param_id, role) +
+    return s.WithContext(TensorName(param_id, role) +
                          " unchanged since step " + std::to_string(from_step));
   };
   if (role.empty()) return fail(Status::InvalidArgument("empty role"));
@@ -208,7 +208,7 @@ Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::stri
 
 Status SnapshotWriterImpl::AddTensorRecord(const TensorRecord& record) {
   auto fail = [&](Status s) {
-    return s.WithContext("snapshot step " + std::to_string(step_) + ": " + TensorName(record.param_id, record.role) +
+    return s.WithContext(TensorName(record.param_id, record.role) +
                          " (reused record)");
   };
   if (record.role.empty()) return fail(Status::InvalidArgument("empty role"));
@@ -254,8 +254,8 @@ Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<St
 }
 
 Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
-  const std::string name = TensorName(tensor.param_id, tensor.role);
-  auto fail = [&](Status s) { return s.WithContext("snapshot step " + std::to_string(step_) + ": " + name); };
+  const std::string name = tensor.name.empty() ? TensorName(tensor.param_id, tensor.role) : tensor.name;
+  auto fail = [&](Status s) { return s.WithContext(name); };
   if (tensor.role.empty()) return fail(Status::InvalidArgument("empty role"));
   auto expected = CheckedTensorBytes(static_cast<uint32_t>(tensor.dtype), tensor.shape);
   if (!expected.ok()) return fail(expected.status());
@@ -368,7 +368,7 @@ Result<std::vector<RecordGroupRef>> SnapshotWriterImpl::WriteRecordGroups(const 
 
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   std::unique_lock<std::mutex> lock(mu_);
-  const std::string context = "commit snapshot step " + std::to_string(step_);
+  const std::string context = "commit";
   if (committed_) return Status::InvalidArgument(context + ": already committed");
   if (committing_) return Status::InvalidArgument(context + ": another Commit is in progress");
   if (failed_) return Status::Aborted(context + ": an AddTensor failed: " + first_error_.ToString());

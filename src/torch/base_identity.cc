@@ -4,7 +4,6 @@
 
 #include <xxhash.h>
 
-#include "capture/staging.h"
 #include "torch/dtype.h"
 
 namespace trainsnap::internal {
@@ -40,9 +39,12 @@ uint64_t BaseIdentityBuilder::ContentHash(const Contract& contract) {
   XXH3_64bits_reset(state.get());
   for (const ContractEntry& entry : contract.frozen) {
     const torch::Tensor& tensor = entry.tensor;
+    // A synchronous copy: the bytes are hashed at once (a capture's pooled
+    // staging copies of device tensors are still in flight here).
     torch::Tensor host = tensor.device().is_cpu() && tensor.is_contiguous()
                              ? tensor.detach()
-                             : StagingArea::CopyToHost(tensor);
+                             : tensor.detach().to(torch::kCPU, tensor.scalar_type(), /*non_blocking=*/false,
+                                                  /*copy=*/false, c10::MemoryFormat::Contiguous);
     XXH3_64bits_update(state.get(), host.data_ptr(), host.nbytes());
   }
   cached_key_ = std::move(key);

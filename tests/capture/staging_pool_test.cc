@@ -122,12 +122,12 @@ TEST(StagingSlabsTest, AFewSmallBuffersStayApartManyShareOnePoolBuffer) {
     }
     StagingPoolStats s = pool->stats();
     EXPECT_EQ(s.allocations, before + 1);
-    EXPECT_EQ(s.in_use_bytes, StagingSlabs::kSlabBytes);
-    EXPECT_EQ(owner->held, StagingSlabs::kSlabBytes);
+    EXPECT_EQ(s.in_use_bytes, kSlabBytes);
+    EXPECT_EQ(owner->held, kSlabBytes);
     // The next piece starts a second slab.
     pieces.push_back(slabs.Acquire(*pool, {64}, torch::kFloat32, /*pinned=*/false, owner));
     EXPECT_EQ(pool->stats().allocations, before + 2);
-    EXPECT_EQ(pool->stats().in_use_bytes, 2 * StagingSlabs::kSlabBytes);
+    EXPECT_EQ(pool->stats().in_use_bytes, 2 * kSlabBytes);
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(pieces[i].data_ptr()) % kSlabAlignment, 0u) << i;
@@ -139,12 +139,12 @@ TEST(StagingSlabsTest, AFewSmallBuffersStayApartManyShareOnePoolBuffer) {
   }
   // The carver is gone; a slab returns to the pool with its last piece.
   pieces.resize(1);
-  EXPECT_EQ(pool->stats().in_use_bytes, StagingSlabs::kSlabBytes);
+  EXPECT_EQ(pool->stats().in_use_bytes, kSlabBytes);
   pieces.clear();
   StagingPoolStats s = pool->stats();
   EXPECT_EQ(s.in_use_bytes, 0u);
   EXPECT_EQ(owner->held, 0u);
-  EXPECT_EQ(s.cached_bytes, 4096u + 2 * StagingSlabs::kSlabBytes);
+  EXPECT_EQ(s.cached_bytes, 4096u + 2 * kSlabBytes);
 }
 
 TEST(StagingSlabsTest, OddSizesRoundUpToTheAlignment) {
@@ -159,7 +159,7 @@ TEST(StagingSlabsTest, OddSizesRoundUpToTheAlignment) {
   EXPECT_EQ(b.scalar_type(), torch::kFloat64);
   EXPECT_EQ(static_cast<uint8_t*>(b.data_ptr()) - static_cast<uint8_t*>(a.data_ptr()), 64);
   EXPECT_EQ(static_cast<uint8_t*>(c.data_ptr()) - static_cast<uint8_t*>(b.data_ptr()), 128);  // 80 -> 128
-  EXPECT_EQ(pool->stats().in_use_bytes, StagingSlabs::kSlabBytes);
+  EXPECT_EQ(pool->stats().in_use_bytes, kSlabBytes);
 }
 
 }  // namespace

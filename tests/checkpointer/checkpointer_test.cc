@@ -5,6 +5,7 @@
 
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -179,7 +180,7 @@ TEST(CheckpointerTest, RetentionRefusesAStepBelowTheLatestAndKeepsWhatItAcknowle
   Status status = checkpointer.Capture(3, resumed.State());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
-            "capture step 3: commit snapshot step 3: below the latest stored step 5: retention (keep_last = 2) keeps the highest "
+            "capture step 3: commit: below the latest stored step 5: retention (keep_last = 2) keeps the highest "
             "steps and RestoreLatest returns the highest; Rollback to the step the run resumed from first, or keep "
             "steps increasing");
   EXPECT_EQ(steps(), (std::vector<int64_t>{4, 5}));
@@ -274,8 +275,41 @@ TEST(CheckpointerTest, NonStandardExceptionFromAStatefulIsAborted) {
   Checkpointer checkpointer(*ts.store);
   Status status = checkpointer.Capture(1, state);
   EXPECT_EQ(status.code(), StatusCode::kAborted);
-  EXPECT_EQ(status.message(), "capture step 1: an exception that is not a std::exception was thrown");
+  EXPECT_EQ(status.message(),
+            "capture step 1: extra state `throws`: SaveState threw an exception that is not a std::exception");
   EXPECT_TRUE(ts.store->List()->empty());
+}
+
+// One exception boundary: a LibTorch error is Aborted like any other
+// exception (checkpointer.h), and the message names the step and the extra
+// once each, then what LibTorch said, without its backtrace.
+TEST(CheckpointerTest, LibTorchErrorInAStatefulIsAbortedNamingStepAndExtraOnce) {
+  struct Checks : Stateful {
+    std::string SaveState() const override {
+      TORCH_CHECK(false, "loader state is not ready");
+      return "";
+    }
+    Status LoadState(std::string_view) override { return Status::OK(); }
+  } checks;
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  TrainingState state = rig.State();
+  state.extra["loader"] = &checks;
+  Checkpointer checkpointer(*ts.store);
+  Status status = checkpointer.Capture(1, state);
+  EXPECT_EQ(status, Status::Aborted("capture step 1: extra state `loader`: SaveState threw: LibTorch: loader state is "
+                                    "not ready"));
+  EXPECT_TRUE(ts.store->List()->empty());
+  // The same boundary on restore: a snapshot taken without the failing extra,
+  // restored into a target whose LoadState throws.
+  struct ThrowsOnLoad : Stateful {
+    std::string SaveState() const override { return "x"; }
+    Status LoadState(std::string_view) override { throw std::runtime_error("no room for the loader"); }
+  } throws_on_load;
+  state.extra["loader"] = &throws_on_load;
+  ASSERT_TRUE(checkpointer.Capture(2, state).ok());
+  Status restored = checkpointer.Restore(2, state);
+  EXPECT_EQ(restored, Status::Aborted("restore step 2: extra state `loader`: LoadState threw: no room for the loader"));
 }
 
 // The figure the issue asks for: bytes per snapshot of a small LoRA-style

@@ -121,72 +121,6 @@ CliRun RunCliOnTerminal(const std::vector<std::string>& args, const std::string&
 }
 
 
-std::vector<uint8_t> FloatBytes(const std::vector<float>& values) {
-  std::vector<uint8_t> bytes(values.size() * sizeof(float));
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
-}
-
-std::vector<float> RandomFloats(size_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> values(count);
-  for (float& v : values) v = dist(rng);
-  return values;
-}
-
-std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes(elements * DTypeSize(dtype));
-  if (dtype == DType::kBool) {
-    for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 1);
-  } else if (dtype == DType::kFloat32) {
-    auto floats = RandomFloats(elements, seed);
-    if (!bytes.empty()) std::memcpy(bytes.data(), floats.data(), bytes.size());  // data() may be null when empty
-  } else if (dtype == DType::kFloat64) {
-    std::uniform_real_distribution<double> dist(-1.0, 1.0);
-    for (size_t i = 0; i < elements; ++i) {
-      double v = dist(rng);
-      std::memcpy(bytes.data() + i * 8, &v, 8);
-    }
-  } else if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {
-    // Finite values only: exponent field never all-ones.
-    for (size_t i = 0; i < elements; ++i) {
-      uint16_t v = static_cast<uint16_t>(rng());
-      if (dtype == DType::kFloat16) v &= 0xBBFF; else v &= 0xBF7F;
-      std::memcpy(bytes.data() + i * 2, &v, 2);
-    }
-  } else {
-    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  }
-  return bytes;
-}
-
-StoreOptions TestStoreOptions() {
-  StoreOptions options;
-  options.chunk_bytes = 4096;
-  options.sync = false;
-  options.threads = 2;
-  return options;
-}
-
-Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
-                                   const std::string& manifest) {
-  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store.BeginSnapshot(step));
-  for (const TensorSpec& t : tensors) {
-    TensorView view;
-    view.param_id = t.param_id;
-    view.role = t.role;
-    view.dtype = t.dtype;
-    view.shape = t.shape;
-    view.data = t.data.data();
-    view.size_bytes = t.data.size();
-    TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(view));
-  }
-  writer->SetManifest(manifest);
-  return writer->Commit();
-}
-
 void CorruptChunk(const std::string& store_path, const ChunkHash& hash) {
   std::vector<std::string> names;
   rocksdb::Status s = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), store_path, &names);
@@ -215,21 +149,6 @@ void CorruptChunk(const std::string& store_path, const ChunkHash& hash) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   ASSERT_TRUE(db->Close().ok());
-}
-
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/trainsnap_cli_test_XXXXXX";
-  char* made = mkdtemp(tmpl);
-  if (made == nullptr) {
-    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-    return;
-  }
-  path_ = made;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 std::unique_ptr<Store> CliTest::OpenStore() {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "testing/store_fixtures.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::cli_test {
@@ -34,41 +35,19 @@ CliRun RunCliOnTerminal(const std::vector<std::string>& args, const std::string&
 // Runs `program` with `args` (no shell), capturing output like RunCli.
 CliRun RunProgram(const std::string& program, const std::vector<std::string>& args);
 
-// A tensor to write through the Store API.
-struct TensorSpec {
-  uint64_t param_id = 0;
-  std::string role = "param";
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> data;
-};
-
-std::vector<uint8_t> FloatBytes(const std::vector<float>& values);
-// `count` float32 values, deterministic for `seed`, in [-1, 1).
-std::vector<float> RandomFloats(size_t count, uint32_t seed);
-// Random bytes valid for `dtype` (bool: 0/1), deterministic for `seed`.
-std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t seed);
-
 // Small chunks (4 KiB) so that small tensors span several chunks; no fsync.
-StoreOptions TestStoreOptions();
-
-Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
-                                   const std::string& manifest = {});
+inline StoreOptions TestStoreOptions() { return testing::TestStoreOptions(/*sync=*/false); }
+using testing::FloatBytes;
+using testing::RandomBytes;
+using testing::RandomFloats;
+using testing::TempDir;
+using testing::TensorSpec;
+using testing::WriteSnapshot;
 
 // Flips the last byte of the stored value of chunk `hash` by opening the
 // store's RocksDB directly (the store must be closed). Fails the test if the
 // chunk is not found.
 void CorruptChunk(const std::string& store_path, const ChunkHash& hash);
-
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class CliTest : public ::testing::Test {
  protected:

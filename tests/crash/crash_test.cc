@@ -30,7 +30,7 @@
 
 #include "crash/crash_state.h"
 #include "store/kill_point.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
 

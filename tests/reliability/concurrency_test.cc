@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "reliability/reliability_util.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 
 namespace trainsnap::testing {
 namespace {

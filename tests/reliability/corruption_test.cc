@@ -21,7 +21,7 @@
 
 #include "reliability/reliability_util.h"
 #include "store/rocks_store.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::testing {

@@ -25,7 +25,7 @@
 
 #include "reliability/reliability_util.h"
 #include "store/rocks_store.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::testing {
@@ -207,7 +207,7 @@ std::vector<uint8_t> BigStepBytes(int64_t step) {
 Status WriteBigStep(Store& store, int64_t step) {
   TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
   const std::vector<uint8_t> bytes = BigStepBytes(step);
-  TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size()};
+  TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size(), {}};
   TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(v));
   auto info = writer->Commit();
   return info.ok() ? Status::OK() : info.status();
@@ -433,7 +433,7 @@ TEST(DiskFullTest, RealTmpfsFillsUpThenRecoversAfterGrowing) {
   auto write = [&](Store& store, int64_t step) -> Status {
     TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
     const std::vector<uint8_t> bytes = big(step);
-    TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size()};
+    TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size(), {}};
     TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(v));
     auto info = writer->Commit();
     return info.ok() ? Status::OK() : info.status();

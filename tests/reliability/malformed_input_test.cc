@@ -15,7 +15,7 @@
 #include "store/chunk_codec.h"
 #include "store/keys.h"
 #include "store/records.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 
 namespace trainsnap::testing {
 namespace {
@@ -25,7 +25,7 @@ using internal::EncodeStepKey;
 using internal::EncodeTensorKey;
 
 TensorView ViewOf(uint64_t id, DType dtype, std::vector<int64_t> shape, const void* data, size_t size) {
-  return TensorView{id, "param", dtype, std::move(shape), data, size};
+  return TensorView{id, "param", dtype, std::move(shape), data, size, {}};
 }
 
 TEST(MalformedInputTest, BadTensorViewsAreInvalidArgument) {

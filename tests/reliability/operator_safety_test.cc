@@ -23,7 +23,7 @@
 #include "store/keys.h"
 #include "store/records.h"
 #include "store/rocks_store.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::testing {

@@ -11,7 +11,7 @@
 
 #include "reliability/reliability_util.h"
 #include "store/rocks_store.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::testing {
@@ -82,7 +82,7 @@ TEST(PowerLossTest, WithoutCloseEveryImageHoldsExactlyTheCommittedSnapshots) {
         auto writer = (*store)->BeginSnapshot(step);
         ASSERT_TRUE(writer.ok());
         for (const StepTensor& t : StepTensors(step)) {
-          TensorView v{t.param_id, "param", t.dtype, t.shape, t.bytes.data(), t.bytes.size()};
+          TensorView v{t.param_id, "param", t.dtype, t.shape, t.bytes.data(), t.bytes.size(), {}};
           ASSERT_TRUE((*writer)->AddTensor(v).ok());
         }
         take(step);

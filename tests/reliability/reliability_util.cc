@@ -61,17 +61,6 @@ std::vector<StepTensor> StepTensors(int64_t step) {
 
 std::string StepManifest(int64_t step) { return "manifest of step " + std::to_string(step); }
 
-StoreOptions TestStoreOptions(bool sync) {
-  StoreOptions o;
-  o.chunk_bytes = kTestChunkBytes;
-  o.sync = sync;
-  o.threads = 2;
-  // No free-space reserve: the tests copy their stores (CopyDir), and its
-  // 40 MiB would be copied as data. disk_full_test sets its own.
-  o.reserve_bytes = 0;
-  return o;
-}
-
 Status WriteStep(Store& store, int64_t step, bool commit) {
   TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
   const std::vector<StepTensor> tensors = StepTensors(step);

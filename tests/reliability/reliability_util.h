@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/store_fixtures.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -35,9 +36,6 @@ struct StepTensor {
 // The tensors of `step`, a deterministic function of the step.
 std::vector<StepTensor> StepTensors(int64_t step);
 std::string StepManifest(int64_t step);
-
-// Store options of the tests: 4 KiB chunks, 2 threads, WAL synced per commit.
-StoreOptions TestStoreOptions(bool sync = true);
 
 // BeginSnapshot + AddTensor for every tensor + SetManifest + Commit. Returns
 // the first error. With commit = false the writer is destroyed uncommitted.

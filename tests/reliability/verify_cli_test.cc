@@ -23,7 +23,7 @@
 #include "reliability/reliability_util.h"
 #include "store/keys.h"
 #include "store/rocks_store.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 
 namespace trainsnap::testing {
 namespace {
@@ -232,7 +232,7 @@ TEST_F(VerifyCliTest, EveryDamagedTableFileIsNamed) {
       auto writer = (*store)->BeginSnapshot(step);
       ASSERT_TRUE(writer.ok());
       TensorView v{1, "param", DType::kFloat32, {static_cast<int64_t>(values.size())}, values.data(),
-                   values.size() * sizeof(float)};
+                   values.size() * sizeof(float), {}};
       ASSERT_TRUE((*writer)->AddTensor(v).ok());
       ASSERT_TRUE((*writer)->Commit().ok());
     }

@@ -35,7 +35,7 @@ void CommitWithout(Store& store, int64_t step, Rig& rig, uint64_t id, const std:
     ASSERT_TRUE((*writer)->AddTensor(internal::ViewOf(tensor)).ok());
   }
   ASSERT_EQ(skipped, 1);
-  ASSERT_TRUE(internal::CommitSnapshot(**staged, **writer).ok());
+  ASSERT_TRUE(internal::CommitStaged(**staged, **writer).ok());
 }
 
 TEST(DecodeTest, TensorMissingFromTheSnapshotIsCorruptionAndChangesNothing) {

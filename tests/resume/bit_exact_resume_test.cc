@@ -28,6 +28,8 @@
 
 #include "resume/gan_workload.h"
 #include "resume/lora_workload.h"
+#include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
 
@@ -41,29 +43,7 @@ constexpr uint64_t kKillSeed = 20261129;
 // A child that makes no progress for this long is declared hung.
 constexpr int kChildTimeoutMs = 120'000;
 
-#define ASSERT_OK(expr)                                      \
-  do {                                                       \
-    const ::trainsnap::Status _s = (expr);                   \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString();  \
-  } while (0)
-
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/trainsnap_resume_XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // The helper binary sits next to this test binary (see CMakeLists.txt).
 std::string ChildBinaryPath() {

@@ -1,5 +1,7 @@
 #include "testing/fault_injection_fs.h"
 
+#include "testing/temp_dir.h"
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -13,17 +15,11 @@ namespace {
 class FaultInjectionFSTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ts_fifs_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = temp_.Sub("db");
     fs_ = std::make_shared<FaultInjectionFS>();
     env_ = NewFaultInjectionEnv(fs_);
   }
-  void TearDown() override {
-    db_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { db_.reset(); }
   void OpenDb() {
     rocksdb::Options options;
     options.create_if_missing = true;
@@ -44,6 +40,7 @@ class FaultInjectionFSTest : public ::testing::Test {
     return s.ok() ? v : "<" + s.ToString() + ">";
   }
 
+  TempDir temp_;  // holds dir_ and the copies beside it
   std::filesystem::path dir_;
   std::shared_ptr<FaultInjectionFS> fs_;
   std::unique_ptr<rocksdb::Env> env_;

@@ -1,4 +1,5 @@
-// Test helpers for tests/capture and tests/restore: a small LoRA-style model,
+// The test kit's training rig (tests of capture, restore and the
+// Checkpointer): a small LoRA-style model,
 // every supported optimizer, a training loop with weighted accumulation, and
 // a bitwise fingerprint of the whole training state. Header-only; namespace
 // trainsnap::capture_test keeps it apart from other tests in the binary.
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "testing/store_fixtures.h"
 #include "torch/scheduler_state.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
@@ -259,35 +261,6 @@ inline std::string FirstDifference(const std::map<std::string, torch::Tensor>& a
   return "";
 }
 
-// A fresh store directory under the test temp dir, removed on destruction.
-class TempStore {
- public:
-  TempStore() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("trainsnap_capture_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    Open();
-  }
-  ~TempStore() {
-    store.reset();
-    std::filesystem::remove_all(path_);
-  }
-  void Open(RetentionPolicy retention = {}) {
-    StoreOptions options;
-    options.sync = false;
-    options.threads = 2;
-    options.retention = retention;
-    auto opened = Store::Open(path_.string(), options);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    store = std::move(opened).value();
-  }
-  void Close() { store.reset(); }
-  const std::filesystem::path& path() const { return path_; }
-  std::unique_ptr<Store> store;
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempStore;
 
 }  // namespace trainsnap::capture_test
