@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "trainsnap/status.h"
+#include "trainsnap/store.h"
 
 namespace trainsnap::internal {
 
@@ -29,6 +31,13 @@ struct PackEntry {
   bool operator==(const PackEntry& o) const {
     return pack == o.pack && offset == o.offset && length == o.length && raw_bytes == o.raw_bytes && raw == o.raw;
   }
+};
+
+// A chunk a snapshot writer appended to the packs, for its commit to index.
+struct NewChunk {
+  ChunkHash hash;
+  PackEntry entry;
+  std::optional<ChunkHash> base;  // a delta chunk's base (its chunk_deps entry)
 };
 
 std::string EncodePackEntry(const PackEntry& entry);

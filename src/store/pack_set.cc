@@ -37,8 +37,8 @@ std::optional<uint32_t> ParsePackFileName(std::string_view name) {
   return v;
 }
 
-PackSet::PackSet(rocksdb::FileSystem* fs, std::string dir, bool writable, uint64_t target_bytes)
-    : fs_(fs), dir_(std::move(dir)), writable_(writable), target_bytes_(target_bytes) {}
+PackSet::PackSet(rocksdb::FileSystem* fs, std::string dir, bool writable, uint64_t target_bytes, bool fsync)
+    : fs_(fs), dir_(std::move(dir)), writable_(writable), target_bytes_(target_bytes), fsync_(fsync) {}
 
 PackSet::~PackSet() {
   // Unsynced bytes are dropped on purpose: nothing committed refers to them.
@@ -46,8 +46,8 @@ PackSet::~PackSet() {
 }
 
 Result<std::unique_ptr<PackSet>> PackSet::Open(rocksdb::FileSystem* fs, const std::string& store_path, bool writable,
-                                               uint64_t target_bytes) {
-  std::unique_ptr<PackSet> set(new PackSet(fs, store_path + "/" + kPackDir, writable, target_bytes));
+                                               uint64_t target_bytes, bool fsync) {
+  std::unique_ptr<PackSet> set(new PackSet(fs, store_path + "/" + kPackDir, writable, target_bytes, fsync));
   const rocksdb::IOOptions io;
   if (writable) {
     bool existed = fs->FileExists(set->dir_, io, nullptr).ok();
@@ -162,7 +162,7 @@ Status PackSet::SyncLocked() {
       if (active_ != pack) done.push_back(pack);
       continue;
     }
-    rocksdb::IOStatus s = w.file->Sync(rocksdb::IOOptions(), nullptr);
+    rocksdb::IOStatus s = fsync_ ? w.file->Sync(rocksdb::IOOptions(), nullptr) : rocksdb::IOStatus::OK();
     if (!s.ok()) {
       // After a failed fsync the page cache may have dropped the dirty
       // pages: only what an earlier sync covered is durable.
@@ -174,7 +174,7 @@ Status PackSet::SyncLocked() {
     durable_[pack] = w.synced;
     if (active_ != pack) done.push_back(pack);
   }
-  if (result.ok() && new_entries && dir_handle_) {
+  if (result.ok() && new_entries && dir_handle_ && fsync_) {
     rocksdb::IOStatus s = dir_handle_->FsyncWithDirOptions(rocksdb::IOOptions(), nullptr, rocksdb::DirFsyncOptions());
     if (!s.ok()) {
       result = FromRocks(s, "sync " + dir_);
@@ -188,6 +188,8 @@ Status PackSet::SyncLocked() {
     } else {
       for (auto& [pack, w] : writers_) w.dir_synced = true;
     }
+  } else if (result.ok()) {
+    for (auto& [pack, w] : writers_) w.dir_synced = true;
   }
   for (uint32_t pack : done) RetireLocked(pack);
   return result;
@@ -205,6 +207,27 @@ bool PackSet::IsDurable(const PackEntry& entry) {
 std::optional<uint32_t> PackSet::active_pack() {
   std::lock_guard<std::mutex> lock(mu_);
   return active_;
+}
+
+uint32_t PackSet::NextAppendPack() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_ ? *active_ : next_pack_;
+}
+
+std::optional<uint32_t> PackSet::OldestOpenPack() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (writers_.empty()) return std::nullopt;
+  return writers_.begin()->first;
+}
+
+bool PackSet::IsOpen(uint32_t pack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writers_.count(pack) > 0;
+}
+
+void PackSet::Rotate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.reset();
 }
 
 Status PackSet::Truncate(uint32_t pack, uint64_t size) {

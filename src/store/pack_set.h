@@ -47,8 +47,10 @@ class PackSet {
   // directory when missing; new packs get numbers above `first_free`
   // (the caller passes one above every pack its index names) and above
   // every pack file present. Packs reach about `target_bytes` each.
+  // `fsync` false: Sync only counts bytes as durable (StoreOptions::sync
+  // off, for benchmarks and tests).
   static Result<std::unique_ptr<PackSet>> Open(rocksdb::FileSystem* fs, const std::string& store_path,
-                                               bool writable, uint64_t target_bytes);
+                                               bool writable, uint64_t target_bytes, bool fsync = true);
   ~PackSet();
 
   const std::string& dir() const { return dir_; }
@@ -72,6 +74,16 @@ class PackSet {
   // The pack appends go to now (none before the first append): compaction
   // never rewrites it.
   std::optional<uint32_t> active_pack();
+  // The number the next append goes to: the active pack's, or the next new one's.
+  uint32_t NextAppendPack();
+  // The lowest pack number that has bytes not yet synced or a writer open
+  // (none when every pack is closed).
+  std::optional<uint32_t> OldestOpenPack();
+  // Whether `pack` still has a writer open in this set.
+  bool IsOpen(uint32_t pack);
+  // Ends appends to the active pack (the next append starts a new one); it
+  // stays open until the next Sync makes its bytes durable.
+  void Rotate();
 
   // --- maintenance (caller excludes readers of the pack) ------------------------
   Status Truncate(uint32_t pack, uint64_t size);
@@ -93,7 +105,7 @@ class PackSet {
     uint64_t synced = 0;  // bytes durable
     bool dir_synced = false;
   };
-  PackSet(rocksdb::FileSystem* fs, std::string dir, bool writable, uint64_t target_bytes);
+  PackSet(rocksdb::FileSystem* fs, std::string dir, bool writable, uint64_t target_bytes, bool fsync);
   std::string PathOf(uint32_t pack) const { return dir_ + "/" + PackFileName(pack); }
   Result<std::shared_ptr<rocksdb::FSRandomAccessFile>> Reader(uint32_t pack);
   // Caller holds mu_.
@@ -105,6 +117,7 @@ class PackSet {
   const std::string dir_;
   const bool writable_;
   const uint64_t target_bytes_;
+  const bool fsync_;
 
   std::mutex mu_;  // guards the writing state below
   uint32_t next_pack_ = 1;
