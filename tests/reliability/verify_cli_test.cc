@@ -305,7 +305,16 @@ TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
   // Traversable by everyone; the store directory and its files read-only.
   ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   ASSERT_EQ(::chmod(parent.c_str(), 0555), 0);
-  for (const auto& e : fs::directory_iterator(path)) ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+  // Files read-only; directories (packs/) read-only but searchable.
+  std::vector<fs::path> subdirs;
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (e.is_directory()) {
+      subdirs.push_back(e.path());
+    } else {
+      ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+    }
+  }
+  for (const fs::path& d : subdirs) ASSERT_EQ(::chmod(d.c_str(), 0555), 0);
   ASSERT_EQ(::chmod(path.c_str(), 0555), 0);
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"gc", path}, {"verify", "--repair", path}, {"rollback", "--yes", path, "3"}}) {
