@@ -422,10 +422,10 @@ int Summary(const std::string& store_path) {
   }
   auto stats = store.Stats();
   if (stats.ok()) {
-    std::printf("  distinct chunks:   %llu, %s encoded (%s raw); RocksDB files: %s SST, %s blob, %s WAL\n",
+    std::printf("  distinct chunks:   %llu, %s encoded (%s raw); files: %s SST, %s packs, %s WAL\n",
                 static_cast<unsigned long long>(stats->chunks), Bytes(static_cast<double>(stats->chunk_stored_bytes)).c_str(),
                 Bytes(static_cast<double>(stats->chunk_raw_bytes)).c_str(), Bytes(static_cast<double>(stats->sst_bytes)).c_str(),
-                Bytes(static_cast<double>(stats->blob_bytes)).c_str(), Bytes(static_cast<double>(stats->wal_bytes)).c_str());
+                Bytes(static_cast<double>(stats->pack_bytes)).c_str(), Bytes(static_cast<double>(stats->wal_bytes)).c_str());
   } else {
     std::printf("  (stats unavailable: %s)\n", stats.status().ToString().c_str());
   }

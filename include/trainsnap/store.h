@@ -170,6 +170,12 @@ struct GcReport {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_deleted = 0;  // encoded bytes of the deleted chunks
   uint64_t chunks_live = 0;
+  // Pack compaction (docs/format.md, "Pack files"): pack files deleted, the
+  // live chunk bytes copied out of them (the write amplification), and the
+  // disk bytes given back (deleted pack files minus the copies).
+  uint64_t packs_removed = 0;
+  uint64_t pack_bytes_rewritten = 0;
+  uint64_t pack_bytes_freed = 0;
 };
 
 struct PruneReport {
@@ -227,19 +233,16 @@ struct StoreStats {
   uint64_t collectable_chunks = 0;    // chunks no snapshot references (GC would delete)
   uint64_t collectable_bytes = 0;
   uint64_t sst_bytes = 0;             // RocksDB table files
-  uint64_t blob_bytes = 0;            // RocksDB blob files
+  uint64_t pack_bytes = 0;            // pack files (chunk bytes; docs/format.md "Pack files")
+  uint64_t packs = 0;                 // pack files
+  // Pack bytes no chunk index entry references: deleted chunks and chunks
+  // of captures that never committed. Garbage collection compacts the
+  // packs where they exceed a quarter of the bytes.
+  uint64_t pack_garbage_bytes = 0;
   uint64_t wal_bytes = 0;             // RocksDB write-ahead log files
-  // Bytes in blob files held by chunk values already deleted, that RocksDB
-  // has accounted as garbage (a compaction dropped their references); the
-  // next garbage collection relocates the live values and frees the file.
-  uint64_t blob_garbage_bytes = 0;
-  // Blob bytes of deleted chunk values whose references no compaction has
-  // dropped yet: blob_bytes minus live values, minus blob_garbage_bytes,
-  // minus file overhead (estimate; 0 when not positive).
-  uint64_t blob_uncompacted_bytes = 0;
   uint64_t reserve_bytes = 0;         // the reserve file (StoreOptions::reserve_bytes)
   uint64_t other_bytes = 0;           // MANIFEST, OPTIONS and other files
-  uint64_t disk_bytes = 0;            // every file in the store directory
+  uint64_t disk_bytes = 0;            // every file in the store directory and packs/
 };
 
 // Called with (done, total) units of work during long operations. May be empty.

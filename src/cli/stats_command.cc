@@ -46,10 +46,10 @@ Status RunStats(const StatsOptions& options) {
     doc["collectable_chunks"] = s.collectable_chunks;
     doc["collectable_bytes"] = s.collectable_bytes;
     doc["sst_bytes"] = s.sst_bytes;
-    doc["blob_bytes"] = s.blob_bytes;
+    doc["pack_bytes"] = s.pack_bytes;
+    doc["packs"] = s.packs;
+    doc["pack_garbage_bytes"] = s.pack_garbage_bytes;
     doc["wal_bytes"] = s.wal_bytes;
-    doc["blob_garbage_bytes"] = s.blob_garbage_bytes;
-    doc["blob_uncompacted_bytes"] = s.blob_uncompacted_bytes;
     doc["reserve_bytes"] = s.reserve_bytes;
     doc["other_bytes"] = s.other_bytes;
     doc["disk_bytes"] = s.disk_bytes;
@@ -76,9 +76,8 @@ Status RunStats(const StatsOptions& options) {
   table.AddRow({"collectable chunks", std::to_string(s.collectable_chunks), ""});
   bytes_row("collectable", s.collectable_bytes);
   bytes_row("RocksDB table files (SST)", s.sst_bytes);
-  bytes_row("RocksDB blob files", s.blob_bytes);
-  bytes_row("  of which deleted, compacted (gc relocates)", s.blob_garbage_bytes);
-  bytes_row("  of which deleted, not yet compacted (gc)", s.blob_uncompacted_bytes);
+  bytes_row("pack files (" + std::to_string(s.packs) + ")", s.pack_bytes);
+  bytes_row("  of which unreferenced (gc compacts)", s.pack_garbage_bytes);
   bytes_row("RocksDB WAL (unflushed commits)", s.wal_bytes);
   bytes_row("free-space reserve", s.reserve_bytes);
   bytes_row("other (MANIFEST, OPTIONS, ...)", s.other_bytes);

@@ -21,6 +21,11 @@ inline constexpr char kKillAfterChunks[] = "store.after_chunks";    // chunks wr
 inline constexpr char kKillBeforeCommit[] = "store.before_commit";  // transaction built, not committed
 inline constexpr char kKillAfterCommit[] = "store.after_commit";    // committed, caller not yet told
 inline constexpr char kKillGcMidway[] = "store.gc_midway";          // some orphan chunks deleted, not all
+// Pack compaction, per pack: live chunks copied (not synced); copies synced,
+// index not moved; index moved, old pack not yet deleted.
+inline constexpr char kKillCompactCopied[] = "store.compact_copied";
+inline constexpr char kKillCompactSynced[] = "store.compact_synced";
+inline constexpr char kKillCompactIndexed[] = "store.compact_indexed";
 
 // True when this build has kill points compiled in.
 bool KillPointsCompiled();

@@ -22,15 +22,18 @@
 #include <rocksdb/utilities/optimistic_transaction_db.h>
 
 #include "store/chunk_registry.h"
+#include "store/chunk_sink.h"
 #include "store/commit_log.h"
 #include "store/delta_base_cache.h"
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
 #include "store/records.h"
 #include "trainsnap/gc_plan.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
 
-class RocksStore final : public Store {
+class RocksStore final : public Store, private ChunkSink {
  public:
   // `env` (not owned; null = RocksDB's default) lets tests inject file-system
   // faults; it must outlive the store.
@@ -65,41 +68,43 @@ class RocksStore final : public Store {
   Result<StoreStats> Stats(const ProgressFn& progress) override;
   Result<RepairReport> Repair() override;
 
+  // The store's worker threads and their count (tests check their priority).
+  boost::asio::thread_pool& worker_pool() { return *pool_; }
+  int threads() const { return threads_; }
+
   // trainsnap::PlanCollection (gc_plan.h).
   Result<GcPlan> PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress);
 
-  // --- for SnapshotWriterImpl ---------------------------------------------
-  ChunkRegistry& registry() { return registry_; }
-  int zstd_level() const { return zstd_level_; }
-  bool compress() const { return compress_; }
-  boost::asio::thread_pool& pool() { return *pool_; }
-  int threads() const { return threads_; }
-  // Whether the chunks CF holds `hash`; its stored size when it does.
-  Result<std::optional<uint64_t>> LookupChunk(const ChunkHash& hash);
-  // Plain (non-transactional) write of an encoded chunk; WAL on, not synced:
-  // the commit's synced WAL write makes it durable. A delta chunk (`base`
-  // given) also gets its chunk_deps entry, in the same write batch.
-  Status PutChunk(const ChunkHash& hash, const std::string& encoded, const ChunkHash* base = nullptr);
-  // The record of (param_id, role) at `step`, for AddUnchangedTensor.
-  Result<TensorRecord> CommittedTensor(int64_t step, uint64_t param_id, std::string_view role) {
+ private:
+  // --- ChunkSink: what a SnapshotWriterImpl sees of the store --------------------
+  const Settings& sink_settings() const override { return sink_settings_; }
+  boost::asio::thread_pool& pool() override { return *pool_; }
+  ChunkRegistry& registry() override { return registry_; }
+  bool DeltasEnabled() const override { return compress_ && keyframe_interval_ > 1; }
+  std::shared_ptr<const DeltaBase> DeltaBasesOf(const DeltaBaseKey& key) override { return delta_bases_.Find(key); }
+  size_t DeltaBaseBudget() const override { return delta_bases_.budget(); }
+  bool MayDelta(const DeltaBase& bases, size_t index) const override;
+  bool DeltaKeepsKeyframe() const override { return delta_reference_ == DeltaReference::kKeyframe; }
+  // Whether the chunk index holds `hash` (a committed chunk); its stored
+  // size when it does.
+  Result<std::optional<uint64_t>> LookupChunk(const ChunkHash& hash) override;
+  // Appends an encoded chunk to the pack files; nothing refers to it until a
+  // commit lists it (NewChunk). Not durable until that commit syncs the packs.
+  Result<PackEntry> PutChunk(const ChunkHash& hash, const std::string& encoded) override;
+  Result<TensorRecord> CommittedTensor(int64_t step, uint64_t param_id, std::string_view role) override {
     return Tensor(step, param_id, role);
   }
-  int keyframe_interval() const { return keyframe_interval_; }
-  DeltaReference delta_reference() const { return delta_reference_; }
-  // Delta bases: the latest raw bytes this process committed per tensor.
-  DeltaBaseCache& delta_bases() { return delta_bases_; }
-  // Commits one snapshot atomically, then applies retention. With `groups`
-  // (format version 2): the snapshot record lists them (the writer has
-  // written and pinned their chunks) and `records` are not written; the
-  // first such commit also sets the meta to format version 4. Without:
-  // `records` go to the tensors CF (format version 1). On success
-  // *metadata_bytes = the keys and values this commit wrote for the
-  // snapshot's records (snapshot record, tensor records).
-  Result<SnapshotInfo> CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
-                                      const std::vector<RecordGroupRef>* groups, const std::string& manifest,
-                                      bool replace_existing, uint64_t* metadata_bytes);
+  // Commits one snapshot atomically, then applies retention. First the pack
+  // files are synced; then one batch writes the index entries of the
+  // commit's chunks (and the chunk_deps entries of the deltas among them),
+  // the records and the manifest. With groups (snapshot format 2): the
+  // snapshot record lists them (the writer has written and pinned their
+  // chunks) and the records are not written one by one. Without: they go to
+  // the tensors CF (snapshot format 1). Publishes the delta bases after.
+  Result<SnapshotInfo> CommitSnapshot(SnapshotCommit commit, uint64_t* metadata_bytes) override;
+  uint32_t AcquireWriterFloor() override;
+  void ReleaseWriterFloor(uint32_t floor) override;
 
- private:
   struct DbHandles {
     rocksdb::OptimisticTransactionDB* txn_db = nullptr;  // writable only; same object as db
     rocksdb::DB* db = nullptr;
@@ -182,13 +187,44 @@ class RocksStore final : public Store {
   // than its size is free, so that the operation's writes fit.
   void UseReserveIfFull();
   // Gives the space of deleted chunks back to the file system: flushes the
-  // memtables, compacts the chunks' keys (blob files holding only deleted
-  // values go) and relocates live values once the garbage in blob files
-  // exceeds kMaxGarbageRatio of them. Caller holds a view.
-  Status ReclaimSpace();
+  // memtables, compacts the chunk index's keys and compacts the packs
+  // (CompactPacks). Caller holds a view and commit_mu_. `report` (may be
+  // null) gets the packs removed and the bytes rewritten.
+  Status ReclaimSpace(GcReport* report);
   // ReclaimSpace; on NoSpace, once more with the reserve's space (reopening
   // the database, which the failure stopped). Restores the reserve after.
-  Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock);
+  Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report);
+  // --- pack files -----------------------------------------------------------------
+  // Opens packs_ (and, writable, removes what no index entry references:
+  // RecoverPacks).
+  Status OpenPacks();
+  // After a crash: deletes pack files that no index entry references and
+  // truncates every other pack after the end of its last referenced chunk
+  // (bytes a capture appended but never committed). Writable opens only,
+  // before any writer exists. Skipped (nothing changed) when an index entry
+  // does not parse: Verify reports it.
+  Status RecoverPacks();
+  // RecoverPacks on a read-only instance of the existing store at `path`,
+  // holding the store's LOCK file meanwhile (so that no writer runs): it
+  // writes nothing to the database, so it works on a full disk.
+  static Status RecoverPacksBeforeOpen(const std::string& path, rocksdb::Env* env);
+  // Removes packs with no live chunk and rewrites the live chunks of packs
+  // whose live fraction fell below kCompactBelow, oldest first, within the
+  // free space; each pack in three durable steps (copies synced, index
+  // entries moved in one synced batch, old pack deleted), so that a crash
+  // at any point loses nothing live. Skips packs writers may still append
+  // to or commit from. Caller holds a view and commit_mu_.
+  Status CompactPacks(GcReport* report);
+  // The index entry of `hash` at `ro`; none when the index lacks it.
+  Result<std::optional<PackEntry>> LookupEntry(const ChunkHash& hash, const rocksdb::ReadOptions& ro);
+  // The encoded bytes of chunk `hash` (its index entry read at `ro`) into
+  // *out. Corruption when the index lacks it or its pack is short.
+  Status ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out);
+  // Reads chunk `ref`, whose index entry is `entry`, into dst (raw chunks
+  // straight from the pack, others decoded from a buffer) and checks its
+  // hash. A read that fails on the pack file is retried once at the place
+  // the index names now (a compaction moved the chunk meanwhile).
+  Status ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst);
   Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
@@ -218,12 +254,10 @@ class RocksStore final : public Store {
   // With retention on (keep_last > 0): InvalidArgument when `step` is below
   // the latest stored step (see RetentionPolicy). Caller holds commit_mu_.
   Status CheckRetentionKeeps(int64_t step);
-  // Decodes the value of chunk `hash` (raw_bytes long) into dst and checks
-  // its hash; a delta chunk's base is decoded first (recursively), and must
-  // be one level shallower. The base's value is `base_value` when given
-  // (prefetched by the caller), else read here.
-  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst,
-                       std::optional<std::string_view> base_value = std::nullopt);
+  // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
+  // checks its hash; a delta chunk's base is read and decoded first
+  // (recursively), and must be one level shallower.
+  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst);
   // One chunk of a ReadTensors call.
   struct ChunkRead {
     const ChunkRef* ref;
@@ -231,8 +265,8 @@ class RocksStore final : public Store {
     size_t read;   // index into the reads
     size_t index;  // chunk index within its tensor
   };
-  // Reads and decodes chunks[begin, end) with two MultiGets (values, then
-  // the bases of the deltas among them); the first error per read goes to
+  // Reads and decodes chunks[begin, end): one MultiGet of their index
+  // entries, then ReadChunkAt each; the first error per read goes to
   // errors[read], guarded by errors_mu.
   void ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t begin, size_t end,
                       const std::vector<TensorRead>& reads, std::vector<Status>* errors, std::mutex* errors_mu);
@@ -251,7 +285,7 @@ class RocksStore final : public Store {
   // hash -> base hash for every delta chunk (chunk_deps CF).
   Status ReadChunkDeps(std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher>* deps);
 
-  // Store-level checks of Verify (whole store): table-file checksums, blob
+  // Store-level checks of Verify (whole store): table-file checksums, pack
   // files, every column family against the counts, leftovers, lost commits.
   void VerifyStore(VerifyReport* report);
   // Steps with tensor records but no snapshot record, and their record
@@ -284,6 +318,7 @@ class RocksStore final : public Store {
   bool compress_ = true;
   bool sync_ = true;
   int threads_ = 1;
+  Settings sink_settings_;  // chunk_bytes_, compress_, zstd_level_ for writers
   RetentionPolicy retention_;
   rocksdb::Env* env_ = nullptr;  // not owned; null = default
   // Read-only stores swap the RocksDB instance on Refresh(): readers hold it
@@ -302,6 +337,12 @@ class RocksStore final : public Store {
   int keyframe_interval_ = 16;
   DeltaReference delta_reference_ = DeltaReference::kKeyframe;
   DeltaBaseCache delta_bases_;
+
+  // The file system of env_ (or the default one): pack files go through it.
+  std::shared_ptr<rocksdb::FileSystem> fs_;
+  std::unique_ptr<PackSet> packs_;
+  std::mutex floors_mu_;
+  std::multiset<uint32_t> writer_floors_;  // guarded by floors_mu_
 
   std::unique_ptr<boost::asio::thread_pool> pool_;
   ChunkRegistry registry_;
@@ -323,7 +364,7 @@ class RocksStore final : public Store {
   // Guarded by commit_mu_ (set once at open before any other thread runs).
   bool reserve_present_ = false;     // the reserve file exists
   int commits_since_flush_ = 0;      // commits since the last flush this store asked for
-  uint64_t live_blob_bytes_ = 0;     // live blob values after the last ReclaimSpace
+  uint64_t live_pack_bytes_ = 0;     // live chunk bytes in packs after the last ReclaimSpace
   uint64_t deleted_since_reclaim_ = 0;  // chunk bytes retention deleted since then
 };
 

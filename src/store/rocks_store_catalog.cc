@@ -132,14 +132,11 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
 Result<std::vector<TensorRecord>> RocksStore::ReadRecordGroup(const RecordGroupRef& group,
                                                               const rocksdb::ReadOptions& ro) {
   const std::string where = "record group " + group.chunk.hash.Hex();
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(ro, chunks_cf_, EncodeChunkKey(group.chunk.hash), &value);
-  if (s.IsNotFound()) return Status::Corruption(where + ": referenced but missing from the store");
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, where));
+  std::string value;
+  TRAINSNAP_RETURN_IF_ERROR(ReadChunkValue(group.chunk.hash, ro, &value).WithContext(where));
   std::string raw(group.chunk.raw_bytes, '\0');
   TRAINSNAP_RETURN_IF_ERROR(
-      ReadChunkInto(group.chunk, std::string_view(value.data(), value.size()), reinterpret_cast<uint8_t*>(raw.data()))
-          .WithContext(where));
+      ReadChunkInto(group.chunk, value, reinterpret_cast<uint8_t*>(raw.data())).WithContext(where));
   return ParseRecordGroup(raw, group);
 }
 

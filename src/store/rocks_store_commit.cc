@@ -3,6 +3,7 @@
 #include "store/rocks_store_internal.h"
 
 #include "store.pb.h"
+#include "store/chunk_codec.h"
 #include "store/keys.h"
 #include "store/kill_point.h"
 #include "store/rocksdb_status.h"
@@ -14,7 +15,7 @@ namespace trainsnap::internal {
 
 Result<std::unique_ptr<SnapshotWriter>> RocksStore::BeginSnapshot(int64_t step, const SnapshotOptions& options) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("begin snapshot " + StepName(step)));
-  return std::unique_ptr<SnapshotWriter>(new SnapshotWriterImpl(this, step, options));
+  return std::unique_ptr<SnapshotWriter>(new SnapshotWriterImpl(static_cast<ChunkSink*>(this), step, options));
 }
 
 Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
@@ -24,34 +25,52 @@ Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(hash), &value);
   if (s.IsNotFound()) return std::optional<uint64_t>();
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "look up chunk " + hash.Hex()));
-  registry_.NoteStored(hash, value.size());
-  return std::optional<uint64_t>(value.size());
+  auto entry = ParsePackEntry(std::string_view(value.data(), value.size()));
+  if (!entry.ok()) return entry.status().WithContext("look up chunk " + hash.Hex());
+  registry_.NoteStored(hash, entry->length);
+  return std::optional<uint64_t>(entry->length);
 }
 
-Status RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded, const ChunkHash* base) {
-  const std::string context = (base ? "write delta chunk " : "write chunk ") + hash.Hex();
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  // Another thread's recovery may have failed since PrepareWrite.
-  if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
-  rocksdb::WriteBatch batch;
-  if (base != nullptr) {
-    if (chunk_deps_cf_ == nullptr) return Status::Aborted(context + ": no chunk_deps CF");
-    // The dependency first in the same batch: GC never sees the delta without it.
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunk_deps_cf_, EncodeChunkKey(hash), EncodeChunkKey(*base)),
-                                        "write chunk dependency"));
+Result<PackEntry> RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
+  const std::string context = "write chunk " + hash.Hex();
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  auto header = ParseChunkHeader(encoded);
+  if (!header.ok()) return header.status().WithContext(context);
+  const bool raw = header->codec == ChunkCodec::kRaw && header->filter == ChunkFilter::kNone;
+  auto entry = packs_->Append(encoded, header->raw_bytes, raw);
+  if (!entry.ok()) return entry.status().WithContext(context);
+  return *entry;
+}
+
+bool RocksStore::MayDelta(const DeltaBase& bases, size_t index) const {
+  if (delta_reference_ == DeltaReference::kKeyframe) {
+    // Against the keyframe, until the keyframe interval is reached.
+    return bases.depths[index] == 0 && static_cast<int>(bases.ages[index]) + 1 < keyframe_interval_;
   }
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, EncodeChunkKey(hash), encoded), "write chunk"));
-  // WAL on, not synced: the commit's synced write covers it. Idempotent
-  // (content-addressed), so a retry after recovery is safe.
-  return WriteWithRecovery(&batch, rocksdb::WriteOptions(), context, &view_lock);
+  // Against the previous version, while the chain stays below the interval.
+  return bases.depths[index] != kUnknownDeltaDepth && static_cast<int>(bases.depths[index]) + 1 < keyframe_interval_;
 }
 
-Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::vector<TensorRecord>& records,
-                                                const std::vector<RecordGroupRef>* groups,
-                                                const std::string& manifest, bool replace_existing,
-                                                uint64_t* metadata_bytes) {
+uint32_t RocksStore::AcquireWriterFloor() {
+  std::lock_guard<std::mutex> lock(floors_mu_);
+  const uint32_t floor = packs_->NextAppendPack();
+  writer_floors_.insert(floor);
+  return floor;
+}
+
+void RocksStore::ReleaseWriterFloor(uint32_t floor) {
+  std::lock_guard<std::mutex> lock(floors_mu_);
+  auto it = writer_floors_.find(floor);
+  if (it != writer_floors_.end()) writer_floors_.erase(it);
+}
+
+Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t* metadata_bytes) {
+  SnapshotInfo info = commit.info;
+  const std::vector<TensorRecord>& records = commit.records;
+  const std::vector<RecordGroupRef>* groups = commit.groups ? &*commit.groups : nullptr;
+  const std::string& manifest = commit.manifest;
+  const bool replace_existing = commit.replace_existing;
+  const std::vector<NewChunk>& chunks = commit.chunks;
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
   std::lock_guard<std::mutex> lock(commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
@@ -65,7 +84,27 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   // WAL bound) happens between the transaction's begin and its commit.
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
+  // The chunks' bytes become durable before the batch that references them.
+  if (!chunks.empty()) {
+    TRAINSNAP_RETURN_IF_ERROR(packs_->Sync().WithContext("commit " + StepName(info.step) + ": sync pack files"));
+    for (const NewChunk& c : chunks) {
+      if (!packs_->IsDurable(c.entry)) {
+        return Status::Aborted("commit " + StepName(info.step) + ": chunk " + c.hash.Hex() + " is in " +
+                               PackFileName(c.entry.pack) +
+                               ", which a failed write or sync retired before it was durable; capture again");
+      }
+    }
+  }
   rocksdb::WriteBatch batch;
+  for (const NewChunk& c : chunks) {
+    const std::string key = EncodeChunkKey(c.hash);
+    if (c.base) {
+      if (chunk_deps_cf_ == nullptr) return Status::Aborted("commit: no chunk_deps CF");
+      TRAINSNAP_RETURN_IF_ERROR(
+          FromRocks(batch.Put(chunk_deps_cf_, key, EncodeChunkKey(*c.base)), "write chunk dependency"));
+    }
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, key, EncodePackEntry(c.entry)), "write chunk index entry"));
+  }
   const std::string step_key = EncodeStepKey(info.step);
   TRAINSNAP_RETURN_IF_ERROR(CheckRetentionKeeps(info.step));
   std::string existing;
@@ -100,19 +139,6 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
       TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(tensors_cf_, key, value), "write tensor record"));
     }
   }
-  bool to_grouped_version = false;
-  if (groups != nullptr && format_version_ < kGroupedMetaFormatVersion) {
-    // The first grouped snapshot: builds that cannot read it must refuse the
-    // store from this commit on (same batch).
-    std::string meta_value;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaStoreKey, &meta_value),
-                                        "read meta record"));
-    proto::StoreMeta meta;
-    if (!meta.ParseFromString(meta_value)) return Status::Corruption("meta record does not parse");
-    meta.set_format_version(kGroupedMetaFormatVersion);
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kMetaStoreKey, meta.SerializeAsString()), "meta"));
-    to_grouped_version = true;
-  }
   info.manifest_bytes = manifest.size();
   const std::string record = SerializeSnapshotRecord(info, manifest, groups);
   written += step_key.size() + record.size();
@@ -120,11 +146,12 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
   TRAINSNAP_RETURN_IF_ERROR(WriteWithRecovery(&batch, wo, "commit", &view_lock));
   ResetTensorCache();  // a replaced step's records changed
-  if (to_grouped_version) format_version_ = kGroupedMetaFormatVersion;
+  for (const NewChunk& c : chunks) registry_.NoteStored(c.hash, c.entry.length);
   *metadata_bytes = written;
   // Committed: a failure to record it in the commit log is reported, but the
   // snapshot stays (like a commit whose WAL sync failed after the append).
   TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
+  delta_bases_.Publish(std::move(commit.delta_bases));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   // The snapshot is committed whatever happens below: a failed prune, flush
@@ -135,11 +162,10 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotInfo info, const std::ve
   if (retention_.keep_last > 0 && !lost_commits()) {
     auto pruned = PruneLocked(retention_, /*full_gc=*/false, info.step);
     if (pruned.ok()) deleted_since_reclaim_ += pruned->gc.bytes_deleted;
-    // Bounded garbage: the blob files stay within 1 + kMaxGarbageRatio of
-    // the live values, plus what was deleted since the last reclaim.
+    // Bounded garbage: compaction keeps the packs near the live bytes.
     if (deleted_since_reclaim_ > 0 &&
-        static_cast<double>(deleted_since_reclaim_) >= kMaxGarbageRatio * static_cast<double>(live_blob_bytes_)) {
-      static_cast<void>(ReclaimSpace());
+        static_cast<double>(deleted_since_reclaim_) >= kMaxGarbageRatio * static_cast<double>(live_pack_bytes_)) {
+      static_cast<void>(ReclaimSpace(nullptr));
       flushed = true;
     }
   }

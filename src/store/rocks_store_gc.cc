@@ -162,7 +162,7 @@ Result<GcReport> RocksStore::CollectGarbageLocked(const ProgressFn& progress) {
     if (progress) progress(report.chunks_scanned, std::max(estimate, report.chunks_scanned));
     if (live.count(hash)) continue;
     candidates.push_back(hash);
-    sizes.push_back(it->value().size());
+    sizes.push_back(StoredBytes(std::string_view(it->value().data(), it->value().size())));
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan chunks"));
   return EraseChunks(std::move(candidates), sizes, report);
@@ -186,7 +186,7 @@ Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
     report = attempt();
   }
   if (report.ok()) {
-    Status s = GiveSpaceBack(&view_lock);
+    Status s = GiveSpaceBack(&view_lock, &*report);
     if (!s.ok()) report = s;
   }
   if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
@@ -216,8 +216,8 @@ Result<GcPlan> RocksStore::PlanCollection(const std::vector<int64_t>& steps, con
     ++scanned;
     if (progress) progress(scanned, std::max(estimate, scanned));
     if (needed_after.count(*hash) > 0) continue;
-    // The size as the collection counts it: the stored value's length.
-    const uint64_t size = it->value().size();
+    // The size as the collection counts it: the encoded chunk's length.
+    const uint64_t size = StoredBytes(std::string_view(it->value().data(), it->value().size()));
     if (needed_now.count(*hash) > 0) {
       ++plan.chunks_freed;
       plan.bytes_freed += size;
@@ -292,7 +292,7 @@ Result<PruneReport> RocksStore::PruneLocked(const RetentionPolicy& policy, bool 
     rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(d->second), &value);
     if (gs.IsNotFound()) continue;
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(gs, "read delta base " + d->second.Hex()));
-    dead.emplace(d->second, value.size());
+    dead.emplace(d->second, StoredBytes(std::string_view(value.data(), value.size())));
     todo.push_back(d->second);
   }
   std::vector<ChunkHash> candidates;
@@ -320,7 +320,7 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   auto report = PruneLocked(policy, /*full_gc=*/true);
   if (report.ok()) {
-    Status s = GiveSpaceBack(&view_lock);
+    Status s = GiveSpaceBack(&view_lock, &report->gc);
     if (!s.ok()) report = s;
   }
   if (!report.ok()) return report.status().WithContext("prune " + path_);

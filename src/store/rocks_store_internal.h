@@ -26,19 +26,14 @@ namespace trainsnap::internal {
 
 namespace fs = std::filesystem;
 
-// Meta format versions this build reads; it writes the newest, and a
-// writable open upgrades an older store's meta (version 2 only adds delta
-// chunks and the chunk_deps CF, which builds that read only version 1
-// would misread; version 3 adds the counts record, which older builds would
-// leave stale).
-inline constexpr uint32_t kMetaFormatVersion = 3;
-// 4: the store holds snapshot records of format version 2 (tensor records in
-// record-group chunks), which builds that know 1..3 would misread and whose
-// groups their GC would delete. Written by the commit of the first such
-// snapshot, in its batch; a store without one stays at version 3.
-inline constexpr uint32_t kGroupedMetaFormatVersion = 4;
+// The store format version this build reads and writes (docs/format.md).
+// 5: chunk bytes live in pack files and the chunks CF holds their index
+// entries (PackEntry); versions 1..4 kept chunk values in RocksDB. No store
+// of an older version is read (trainsnap had no users when it changed): an
+// open refuses it with NotSupported naming both versions.
+inline constexpr uint32_t kMetaFormatVersion = 5;
+// Version 3 added the counts record; every store this build reads has it.
 inline constexpr uint32_t kCountsFormatVersion = 3;
-inline constexpr uint32_t kOldestMetaFormatVersion = 1;
 inline constexpr size_t kDefaultDeltaBaseCacheBytes = size_t{1} << 30;
 inline constexpr char kMetaStoreKey[] = "store";
 inline constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
@@ -46,9 +41,12 @@ inline constexpr size_t kDefaultChunkBytes = size_t{1} << 20;
 // (complex128), at most what one RocksDB value comfortably holds.
 inline constexpr size_t kMinChunkBytes = 16;
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 30;
-// Values at least this large go to blob files: chunk values are either tiny
-// (tails of small tensors) or close to chunk_bytes.
-inline constexpr uint64_t kMinBlobBytes = 4096;
+// Pack files are closed for appends (a new one is started) at this size.
+inline constexpr uint64_t kPackTargetBytes = uint64_t{64} << 20;
+// Compaction rewrites the live chunks of a pack whose live bytes fell below
+// this fraction of its chunk bytes: pack files then stay under about
+// 1 / kCompactBelow times the live bytes (plus the packs still written).
+inline constexpr double kCompactBelow = 0.75;
 
 // Chunk deletions are written in batches of this many keys.
 inline constexpr size_t kGcBatch = 1024;
@@ -59,14 +57,10 @@ inline constexpr int kDefaultMaxUnflushedCommits = 16;
 // The reserve file (StoreOptions::reserve_bytes). RocksDB ignores files whose
 // names it does not know.
 inline constexpr char kReserveFile[] = "SPACE_RESERVE";
-// Giving space back relocates the live values of the blob files once the
-// garbage in them exceeds this fraction of the live values: blob files then
-// stay under 1 + kMaxGarbageRatio times the live bytes.
+// A commit with retention on gives space back (compacts packs) once the
+// chunk bytes it deleted since the last time exceed this fraction of the
+// live chunk bytes.
 inline constexpr double kMaxGarbageRatio = 0.25;
-// Per blob file, RocksDB 7.8 writes a 30-byte header and a 32-byte footer;
-// per value, a 32-byte record header and the key (16 bytes here).
-inline constexpr uint64_t kBlobFileOverhead = 30 + 32;
-inline constexpr uint64_t kBlobRecordOverhead = 32 + 16;
 
 // Free bytes for an unprivileged writer on the file system of `path`; nullopt
 // when statvfs fails.
@@ -114,5 +108,8 @@ rocksdb::ReadOptions ChunkReadOptions();
 Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options);
 std::string OptionalStep(const std::optional<int64_t>& step);
 std::string DescribeLoss(const LostCommits& loss);
+// The encoded length an index entry (a chunks CF value) records; 0 when it
+// does not parse (callers that need more use ParsePackEntry).
+uint64_t StoredBytes(std::string_view index_value);
 
 }  // namespace trainsnap::internal

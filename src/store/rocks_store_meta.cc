@@ -5,16 +5,18 @@
 
 #include "store.pb.h"
 #include "store/keys.h"
+#include "store/pack_entry.h"
 #include "store/rocksdb_status.h"
 
 namespace trainsnap::internal {
 
 Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
-  if (meta.format_version() < kOldestMetaFormatVersion || meta.format_version() > kGroupedMetaFormatVersion) {
+  if (meta.format_version() != kMetaFormatVersion) {
     return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
-                                " is not supported (this build reads versions " +
-                                std::to_string(kOldestMetaFormatVersion) + ".." +
-                                std::to_string(kGroupedMetaFormatVersion) + ")");
+                                " is not supported (this build reads version " + std::to_string(kMetaFormatVersion) +
+                                (meta.format_version() < kMetaFormatVersion
+                                     ? ": chunks in pack files; stores of versions 1..4 are not converted)"
+                                     : ")"));
   }
   if (meta.hash() != kHashName) {
     return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
@@ -26,6 +28,11 @@ Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
                                    std::to_string(meta.chunk_bytes()));
   }
   return Status::OK();
+}
+
+uint64_t StoredBytes(std::string_view index_value) {
+  auto entry = ParsePackEntry(index_value);
+  return entry.ok() ? entry->length : 0;
 }
 
 std::string OptionalStep(const std::optional<int64_t>& step) {
@@ -69,25 +76,6 @@ Status RocksStore::LoadOrCreateMeta(const StoreOptions& options) {
   TRAINSNAP_RETURN_IF_ERROR(CheckMeta(meta, options));
   chunk_bytes_ = meta.chunk_bytes();
   format_version_ = meta.format_version();
-  if (!read_only_ && meta.format_version() < kMetaFormatVersion) {
-    // This writer may add delta chunks and keeps the counts record: builds
-    // that know only older versions must refuse the store rather than
-    // misread it or leave the counts stale. The counts of an older store
-    // come from one scan (its records carry no count to check it against).
-    TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(nullptr, /*check_counts=*/false));
-    StoreCountsData counts;
-    counts.snapshots = steps.size();
-    if (!steps.empty()) counts.newest_step = steps.back();
-    meta.set_format_version(kMetaFormatVersion);
-    rocksdb::WriteBatch batch;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kMetaStoreKey, meta.SerializeAsString()), "meta"));
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(meta_cf_, kCountsKey, SerializeStoreCounts(counts)), "counts"));
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "upgrade meta record to format version " +
-                                                                     std::to_string(kMetaFormatVersion)));
-    format_version_ = kMetaFormatVersion;
-  }
   return Status::OK();
 }
 

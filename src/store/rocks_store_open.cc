@@ -153,6 +153,9 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     if (ec) return Status::IOError(context + ": create directory: " + ec.message() + " (" + path + ")");
   } else {
     TRAINSNAP_RETURN_IF_ERROR(CheckExistingStore(path, options, env).WithContext(context));
+    // Before RocksDB opens for writing (which needs a few KiB): on a disk
+    // that a failed capture's pack bytes filled, their removal makes room.
+    TRAINSNAP_RETURN_IF_ERROR(RecoverPacksBeforeOpen(path, env).WithContext(context));
   }
   store->zstd_level_ = options.zstd_level == 0 ? 1 : options.zstd_level;
   store->compress_ = options.compress;
@@ -189,6 +192,9 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   }
   Status s = store->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
+  s = store->OpenPacks();
+  if (!s.ok()) return s.WithContext(context);
+  store->sink_settings_ = {store->chunk_bytes_, store->compress_, store->zstd_level_};
   // A damaged commit log (both slots torn) is rewritten from the database:
   // it can then no longer tell what was lost before (docs/reliability.md).
   auto log = CommitLog::Read(path);
@@ -275,6 +281,8 @@ Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::strin
   auto log = CommitLog::Read(path);
   TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true, env));
   Status s = store->LoadOrCreateMeta(StoreOptions());
+  if (!s.ok()) return s.WithContext(context);
+  s = store->OpenPacks();
   if (!s.ok()) return s.WithContext(context);
   // A log that cannot be read (damaged) only disables the check here;
   // Verify reports it.

@@ -8,13 +8,60 @@
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
 #include "store/keys.h"
+#include "store/pack_entry.h"
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
 
 namespace trainsnap::internal {
 
-Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst,
-                                 std::optional<std::string_view> base_value) {
+Result<std::optional<PackEntry>> RocksStore::LookupEntry(const ChunkHash& hash, const rocksdb::ReadOptions& ro) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(ro, chunks_cf_, EncodeChunkKey(hash), &value);
+  if (s.IsNotFound()) return std::optional<PackEntry>();
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "chunk " + hash.Hex() + ": read its index entry"));
+  auto entry = ParsePackEntry(std::string_view(value.data(), value.size()));
+  if (!entry.ok()) return entry.status().WithContext("chunk " + hash.Hex());
+  return std::optional<PackEntry>(*entry);
+}
+
+Status RocksStore::ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, LookupEntry(hash, ro));
+  if (!entry) return Status::Corruption("chunk " + hash.Hex() + ": referenced but missing from the store");
+  Status s = packs_->ReadEncoded(*entry, out);
+  if (s.ok()) return s;
+  // A compaction may have moved the chunk since `ro`'s view: read it where
+  // the index names it now (the same bytes: the hash names them).
+  auto moved = LookupEntry(hash, rocksdb::ReadOptions());
+  if (!moved.ok() || !moved->has_value() || **moved == *entry) return s.WithContext("chunk " + hash.Hex());
+  return packs_->ReadEncoded(**moved, out).WithContext("chunk " + hash.Hex());
+}
+
+Status RocksStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst) {
+  if (entry.raw_bytes != ref.raw_bytes) {
+    return Status::Corruption("chunk " + ref.hash.Hex() + ": the index records " + std::to_string(entry.raw_bytes) +
+                              " raw bytes, the tensor record " + std::to_string(ref.raw_bytes));
+  }
+  thread_local std::string buffer;
+  auto read = [&](const PackEntry& e) {
+    return e.raw ? packs_->ReadRawInto(e, dst) : packs_->ReadEncoded(e, &buffer);
+  };
+  Status s = read(entry);
+  if (!s.ok()) {
+    // See ReadChunkValue: retry once where a compaction moved the chunk.
+    auto moved = LookupEntry(ref.hash, rocksdb::ReadOptions());
+    if (!moved.ok() || !moved->has_value() || **moved == entry) return s.WithContext("chunk " + ref.hash.Hex());
+    entry = **moved;
+    if (entry.raw_bytes != ref.raw_bytes) return s.WithContext("chunk " + ref.hash.Hex());
+    TRAINSNAP_RETURN_IF_ERROR(read(entry).WithContext("chunk " + ref.hash.Hex()));
+  }
+  if (!entry.raw) return ReadChunkInto(ref, buffer, dst);
+  if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
+    return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
+  }
+  return Status::OK();
+}
+
+Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst) {
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
   std::vector<uint8_t> base;
@@ -23,14 +70,13 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
     // so the recursion ends (at most kMaxDeltaDepth levels).
     const std::string where = "delta chunk " + ref.hash.Hex() + " (depth " +
                               std::to_string(header->delta_depth) + "): base " + header->base.Hex();
-    rocksdb::PinnableSlice read_value;
-    if (!base_value) {
-      rocksdb::Status s = db_->Get(ChunkReadOptions(), chunks_cf_, EncodeChunkKey(header->base), &read_value);
-      if (s.IsNotFound()) return Status::Corruption(where + ": missing from the store");
-      if (!s.ok()) return FromRocks(s, where);
-      base_value = std::string_view(read_value.data(), read_value.size());
-    }
-    auto base_header = ParseChunkHeader(*base_value);
+    auto base_entry = LookupEntry(header->base, ChunkReadOptions());
+    if (!base_entry.ok()) return base_entry.status().WithContext(where);
+    if (!base_entry->has_value()) return Status::Corruption(where + ": missing from the store");
+    std::string base_value;
+    Status read = ReadChunkValue(header->base, ChunkReadOptions(), &base_value);
+    if (!read.ok()) return read.WithContext(where);
+    auto base_header = ParseChunkHeader(base_value);
     if (!base_header.ok()) return base_header.status().WithContext(where);
     const uint8_t base_depth = base_header->filter == ChunkFilter::kXorDelta ? base_header->delta_depth : 0;
     if (base_depth + 1 != header->delta_depth) {
@@ -41,7 +87,7 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
     ChunkRef base_ref;
     base_ref.hash = header->base;
     base_ref.raw_bytes = ref.raw_bytes;
-    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, *base_value, base.data()).WithContext(where));
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.data()).WithContext(where));
   }
   Status s = DecodeChunk(value, dst, ref.raw_bytes, base.empty() ? nullptr : base.data());
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
@@ -118,28 +164,6 @@ void RocksStore::ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t beg
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);
   db_->MultiGet(ChunkReadOptions(), chunks_cf_, n, key_slices.data(), values.data(), statuses.data());
-
-  // The bases of the delta chunks, fetched together; a base that cannot be
-  // read here is read again (and its error reported) by ReadChunkInto.
-  std::vector<std::string> base_keys;
-  std::vector<size_t> base_of(n, SIZE_MAX);
-  for (size_t i = 0; i < n; ++i) {
-    if (!statuses[i].ok()) continue;
-    auto header = ParseChunkHeader(std::string_view(values[i].data(), values[i].size()));
-    if (!header.ok() || header->filter != ChunkFilter::kXorDelta) continue;
-    std::string key = EncodeChunkKey(header->base);
-    auto same = std::find(base_keys.begin(), base_keys.end(), key);
-    base_of[i] = static_cast<size_t>(same - base_keys.begin());
-    if (same == base_keys.end()) base_keys.push_back(std::move(key));
-  }
-  std::vector<rocksdb::PinnableSlice> base_values(base_keys.size());
-  std::vector<rocksdb::Status> base_statuses(base_keys.size());
-  if (!base_keys.empty()) {
-    std::vector<rocksdb::Slice> base_slices(base_keys.begin(), base_keys.end());
-    db_->MultiGet(ChunkReadOptions(), chunks_cf_, base_keys.size(), base_slices.data(), base_values.data(),
-                  base_statuses.data());
-  }
-
   for (size_t i = 0; i < n; ++i) {
     const ChunkRead& c = chunks[begin + i];
     if (statuses[i].IsNotFound()) {
@@ -150,11 +174,12 @@ void RocksStore::ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t beg
       fail(c, FromRocks(statuses[i], c.ref->hash.Hex()));
       continue;
     }
-    std::optional<std::string_view> base;
-    if (base_of[i] != SIZE_MAX && base_statuses[base_of[i]].ok()) {
-      base = std::string_view(base_values[base_of[i]].data(), base_values[base_of[i]].size());
+    auto entry = ParsePackEntry(std::string_view(values[i].data(), values[i].size()));
+    if (!entry.ok()) {
+      fail(c, entry.status().WithContext("chunk " + c.ref->hash.Hex()));
+      continue;
     }
-    Status s = ReadChunkInto(*c.ref, std::string_view(values[i].data(), values[i].size()), c.dst, base);
+    Status s = ReadChunkAt(*c.ref, *entry, c.dst);
     if (!s.ok()) fail(c, std::move(s));
   }
 }

@@ -11,11 +11,10 @@
 
 namespace trainsnap::internal {
 
-// Reads of chunk values on the restore path skip RocksDB's CRC32C of the
-// blob record: every decoded chunk is checked against its XXH3-128 content
-// hash, a stronger check of the same bytes, and Debian's librocksdb computes
-// CRC32C in software (a third of the restore's CPU, measured). Verify keeps
-// both checks.
+// Reads of chunk index entries on the restore path skip RocksDB's block
+// CRC32C (computed in software by Debian's librocksdb): a damaged entry
+// either fails to parse or points at bytes whose XXH3-128 content hash,
+// checked on every chunk read, does not match. Verify keeps the check.
 rocksdb::ReadOptions ChunkReadOptions() {
   rocksdb::ReadOptions options;
   options.verify_checksums = false;
@@ -23,17 +22,10 @@ rocksdb::ReadOptions ChunkReadOptions() {
 }
 
 std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
+  // The chunks CF holds 28-byte index entries (PackEntry); the chunk bytes
+  // are in pack files (PackSet), written once, outside the WAL.
   rocksdb::ColumnFamilyOptions chunks;
-  chunks.enable_blob_files = true;
-  chunks.min_blob_size = kMinBlobBytes;
-  chunks.blob_compression_type = rocksdb::kNoCompression;  // payloads are zstd already
   chunks.compression = rocksdb::kNoCompression;
-  // No relocation in automatic compactions: it rewrites live values at
-  // times nobody chose, needing free space that a nearly full disk lacks
-  // (a background compaction then failed a delete with NoSpace). ReclaimSpace
-  // relocates explicitly (BlobGarbageCollectionPolicy::kForce), within the
-  // free space it finds.
-  chunks.enable_blob_garbage_collection = false;
   // Most look-ups of a new chunk's hash miss: a Bloom filter answers them
   // without reading a data block.
   rocksdb::BlockBasedTableOptions table;

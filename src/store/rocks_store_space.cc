@@ -7,8 +7,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <rocksdb/metadata.h>
-
 #include "store/rocksdb_status.h"
 
 namespace trainsnap::internal {
@@ -53,66 +51,23 @@ void RocksStore::UseReserveIfFull() {
   ReleaseReserve();
 }
 
-Status RocksStore::ReclaimSpace() {
-  // Flushing drops deleted values that are still in a memtable (they are
-  // never written to a blob file) and lets the WAL files that hold them go.
+Status RocksStore::ReclaimSpace(GcReport* report) {
+  // The packs first: removing packs without live chunks needs no space,
+  // which a full disk lacks.
+  TRAINSNAP_RETURN_IF_ERROR(CompactPacks(report));
+  deleted_since_reclaim_ = 0;
+  // Flushing lets the WAL files that hold deleted index entries go; compacting
+  // the index drops their tombstones. Both small.
   rocksdb::FlushOptions flush;
   flush.allow_write_stall = true;
   TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Flush(flush, handles_), "flush"));
-  // Compacting the chunks' keys drops the references of deleted values:
-  // RocksDB counts them as garbage of their blob files and deletes a blob
-  // file once all of it is garbage. Only the keys are rewritten (small).
   rocksdb::CompactRangeOptions compact;
-  compact.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kDisable;
   compact.allow_write_stall = true;
-  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->CompactRange(compact, chunks_cf_, nullptr, nullptr), "compact chunks"));
-  // The blob files that still hold live values keep their garbage until the
-  // live values are relocated (rewritten). Done once the garbage exceeds
-  // kMaxGarbageRatio of the live values, oldest files first, as many as the
-  // free space allows.
-  rocksdb::ColumnFamilyMetaData meta;
-  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
-  std::vector<const rocksdb::BlobMetaData*> files;
-  uint64_t live = 0, garbage = 0;
-  for (const rocksdb::BlobMetaData& b : meta.blob_files) {
-    files.push_back(&b);
-    live += b.total_blob_bytes - b.garbage_blob_bytes;
-    garbage += b.garbage_blob_bytes;
-  }
-  live_blob_bytes_ = live;
-  deleted_since_reclaim_ = 0;
-  if (garbage == 0 || static_cast<double>(garbage) <= kMaxGarbageRatio * static_cast<double>(live)) {
-    return Status::OK();
-  }
-  std::sort(files.begin(), files.end(), [](const rocksdb::BlobMetaData* a, const rocksdb::BlobMetaData* b) {
-    return a->blob_file_number < b->blob_file_number;
-  });
-  // RocksDB relocates from the oldest floor(cutoff * files) blob files.
-  const std::optional<uint64_t> free = FreeBytes(path_);
-  uint64_t budget = free ? *free : 0;
-  size_t oldest = 0;
-  for (; oldest < files.size(); ++oldest) {
-    const uint64_t relocated = files[oldest]->total_blob_bytes - files[oldest]->garbage_blob_bytes;
-    if (relocated > budget) break;
-    budget -= relocated;
-  }
-  if (oldest == 0) return Status::OK();
-  compact.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-  compact.blob_garbage_collection_age_cutoff =
-      oldest == files.size() ? 1.0 : (static_cast<double>(oldest) + 0.5) / static_cast<double>(files.size());
-  // Relocation happens where a compaction reads the keys: also those
-  // already in the last level.
-  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->CompactRange(compact, chunks_cf_, nullptr, nullptr), "relocate blobs"));
-  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
-  live = 0;
-  for (const rocksdb::BlobMetaData& b : meta.blob_files) live += b.total_blob_bytes - b.garbage_blob_bytes;
-  live_blob_bytes_ = live;
-  return Status::OK();
+  return CheckWrite(db_->CompactRange(compact, chunks_cf_, nullptr, nullptr), "compact the chunk index");
 }
 
-Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock) {
-  Status s = ReclaimSpace();
+Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report) {
+  Status s = ReclaimSpace(report);
   if (s.code() == StatusCode::kNoSpace) {
     // The failed flush or compaction stopped the database's writes: reopen
     // and try once more, with the reserve's space when one is left. Without
@@ -125,7 +80,7 @@ Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock)
     s = PrepareWrite();
     if (s.ok()) s = AcquireView(view_lock);
     if (s.ok() && txn_db_ == nullptr) s = recovery_error_;
-    if (s.ok()) s = ReclaimSpace();
+    if (s.ok()) s = ReclaimSpace(report);
   }
   RestoreReserve();
   return s.WithContext("give space back");

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
-#include <rocksdb/metadata.h>
-
-#include "store/chunk_codec.h"
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
 #include "store/keys.h"
 #include "store/rocksdb_status.h"
 
@@ -30,28 +30,24 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
   if (!s.ok()) return s.WithContext(context);
   uint64_t estimate = 0;
   db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
-  uint64_t blob_values = 0;  // bytes the stored chunk values take in blob files (with record headers)
+  std::map<uint32_t, uint64_t> referenced;  // pack -> bytes the index references in it
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
     if (!hash.ok()) return hash.status().WithContext(context);
     ++stats.chunks;
     if (progress) progress(stats.chunks, std::max(estimate, stats.chunks));
-    const std::string_view value(it->value().data(), it->value().size());
-    stats.chunk_stored_bytes += value.size();
-    if (value.size() >= kMinBlobBytes) blob_values += value.size() + kBlobRecordOverhead;
-    auto header = ParseChunkHeader(value);
-    if (header.ok()) stats.chunk_raw_bytes += header->raw_bytes;
+    auto entry = ParsePackEntry(std::string_view(it->value().data(), it->value().size()));
+    if (!entry.ok()) return entry.status().WithContext(context + ": chunk " + hash->Hex());
+    stats.chunk_stored_bytes += entry->length;
+    stats.chunk_raw_bytes += entry->raw_bytes;
+    referenced[entry->pack] += entry->length;
     if (!live.count(*hash)) {
       ++stats.collectable_chunks;
-      stats.collectable_bytes += value.size();
+      stats.collectable_bytes += entry->length;
     }
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan chunks"));
-  rocksdb::ColumnFamilyMetaData meta;
-  db_->GetColumnFamilyMetaData(chunks_cf_, &meta);
-  for (const rocksdb::BlobMetaData& b : meta.blob_files) stats.blob_garbage_bytes += b.garbage_blob_bytes;
-  uint64_t blob_files = 0;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
     std::error_code size_ec;
@@ -61,9 +57,6 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
     const std::string ext = e.path().extension().string();
     if (ext == ".sst") {
       stats.sst_bytes += size;
-    } else if (ext == ".blob") {
-      stats.blob_bytes += size;
-      ++blob_files;
     } else if (ext == ".log") {
       stats.wal_bytes += size;
     } else if (e.path().filename() == kReserveFile) {
@@ -73,10 +66,23 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
     }
   }
   if (ec) return Status::IOError(context + ": list " + path_ + ": " + ec.message());
-  // Chunk values still in a memtable (not yet flushed) count as in blob
-  // files here, so this is a lower bound.
-  const uint64_t accounted = blob_files * kBlobFileOverhead + blob_values + stats.blob_garbage_bytes;
-  stats.blob_uncompacted_bytes = stats.blob_bytes > accounted ? stats.blob_bytes - accounted : 0;
+  auto packs = packs_->List();
+  if (!packs.ok()) return packs.status().WithContext(context);
+  for (const auto& [pack, bytes] : referenced) {
+    const bool present = std::any_of(packs->begin(), packs->end(),
+                                     [pack = pack](const PackSet::FileInfo& f) { return f.pack == pack; });
+    if (!present) {
+      return Status::Corruption(context + ": pack file " + PackFileName(pack) + ", which the chunk index names, " +
+                                "is missing (a file of the store)");
+    }
+  }
+  for (const PackSet::FileInfo& f : *packs) {
+    ++stats.packs;
+    stats.pack_bytes += f.size;
+    stats.disk_bytes += f.size;
+    const uint64_t used = kPackHeaderBytes + referenced[f.pack];
+    stats.pack_garbage_bytes += f.size > used ? f.size - used : 0;
+  }
   return stats;
 }
 

@@ -6,11 +6,15 @@
 #include <atomic>
 #include <filesystem>
 
+#include <map>
+
 #include <rocksdb/metadata.h>
 #include <rocksdb/snapshot.h>
 #include <rocksdb/sst_file_reader.h>
 
 #include "store/keys.h"
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
 
@@ -69,18 +73,21 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       static_cast<void>(ParallelFor(*pool_, n, [&](size_t ci) -> Status {
         const ChunkRef& ref = tensor.chunks[ci];
         const std::string chunk_where = where + ": chunk " + std::to_string(ci);
-        rocksdb::PinnableSlice value;
-        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(ref.hash), &value);
-        if (rs.IsNotFound()) {
+        // The whole encoded chunk (header included, also for raw chunks),
+        // with RocksDB's checksums on for its index entry.
+        auto entry = LookupEntry(ref.hash, rocksdb::ReadOptions());
+        thread_local std::string value;
+        if (!entry.ok()) {
+          chunk_status[ci] = entry.status().WithContext(chunk_where);
+        } else if (!entry->has_value()) {
           chunk_status[ci] =
               Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
-        } else if (!rs.ok()) {
-          chunk_status[ci] = FromRocks(rs, chunk_where + " " + ref.hash.Hex());
+        } else if (Status read = ReadChunkValue(ref.hash, rocksdb::ReadOptions(), &value); !read.ok()) {
+          chunk_status[ci] = read.WithContext(chunk_where);
         } else {
           thread_local std::vector<uint8_t> buffer;
           buffer.resize(ref.raw_bytes);
-          chunk_status[ci] =
-              ReadChunkInto(ref, std::string_view(value.data(), value.size()), buffer.data()).WithContext(chunk_where);
+          chunk_status[ci] = ReadChunkInto(ref, value, buffer.data()).WithContext(chunk_where);
           if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
         }
         return Status::OK();
@@ -176,23 +183,42 @@ void RocksStore::VerifyStore(VerifyReport* report) {
       problem(table.relative_filename, std::move(mapped));
     }
   }
-  // Blob files (chunk payloads): each must be there at the size the
-  // MANIFEST records. Their records' checksums are checked by the reads of
-  // every referenced chunk below.
-  rocksdb::ColumnFamilyMetaData chunks_meta;
-  db_->GetColumnFamilyMetaData(chunks_cf_, &chunks_meta);
-  for (const rocksdb::BlobMetaData& blob : chunks_meta.blob_files) {
-    const std::string file = blob.blob_file_path + "/" + blob.blob_file_name;
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(file, ec);
-    if (ec) {
-      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + ": " + ec.message() +
-                                                      " (a file of the store is missing)"));
-    } else if (size != blob.blob_file_size) {
-      problem(blob.blob_file_name, Status::Corruption("blob file " + blob.blob_file_name + " has " +
-                                                      std::to_string(size) + " bytes, the MANIFEST records " +
-                                                      std::to_string(blob.blob_file_size)));
+  // Pack files (chunk bytes): each one the chunk index names must be there,
+  // start with the pack magic and hold the last chunk the index places in
+  // it. The chunks themselves are checked by the reads below.
+  std::map<uint32_t, uint64_t> pack_ends;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto entry = ParsePackEntry(std::string_view(it->value().data(), it->value().size()));
+      if (!entry.ok()) {
+        auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+        problem("", entry.status().WithContext("chunk index entry of " + (hash.ok() ? hash->Hex() : "a bad key")));
+        continue;
+      }
+      uint64_t& end = pack_ends[entry->pack];
+      end = std::max(end, entry->end());
     }
+    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the chunk index"));
+  }
+  for (const auto& [pack, end] : pack_ends) {
+    const std::string file = std::string(kPackDir) + "/" + PackFileName(pack);
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(fs::path(path_) / file, ec);
+    if (ec) {
+      problem(file, Status::Corruption("pack file " + file + ": " + ec.message() + " (a file of the store is missing)"));
+      continue;
+    }
+    if (size < end) {
+      problem(file, Status::Corruption("pack file " + file + " has " + std::to_string(size) +
+                                       " bytes, the chunk index places chunks up to byte " + std::to_string(end)));
+    }
+    char magic[kPackHeaderBytes] = {};
+    Status read = packs_->ReadAt(pack, 0, kPackHeaderBytes, reinterpret_cast<uint8_t*>(magic));
+    if (read.ok() && std::string_view(magic, kPackHeaderBytes) != std::string_view(kPackMagic, kPackHeaderBytes)) {
+      read = Status::Corruption("pack file " + file + ": bad magic");
+    }
+    if (!read.ok()) problem(file, read);
   }
   // Every column family the store relies on, read at one snapshot.
   rocksdb::ManagedSnapshot at(db_);

@@ -14,7 +14,6 @@
 #include "store/kill_point.h"
 #include "store/parallel_for.h"
 #include "store/records.h"
-#include "store/rocks_store.h"
 
 namespace trainsnap::internal {
 namespace {
@@ -63,14 +62,15 @@ std::string TensorName(uint64_t param_id, std::string_view role) {
 
 }  // namespace
 
-SnapshotWriterImpl::SnapshotWriterImpl(RocksStore* store, int64_t step, SnapshotOptions options)
-    : store_(store), step_(step), options_(options) {}
+SnapshotWriterImpl::SnapshotWriterImpl(ChunkSink* store, int64_t step, SnapshotOptions options)
+    : store_(store), step_(step), options_(options), pack_floor_(store->AcquireWriterFloor()) {}
 
 SnapshotWriterImpl::~SnapshotWriterImpl() {
   std::vector<ChunkHash> pinned;
   pinned.reserve(seen_.size());
   for (const auto& [hash, size] : seen_) pinned.push_back(hash);
   store_->registry().Unpin(pinned);
+  store_->ReleaseWriterFloor(pack_floor_);
 }
 
 void SnapshotWriterImpl::SetManifest(std::string bytes) {
@@ -122,30 +122,25 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   std::optional<uint64_t> stored =
       first_use ? store_->registry().PinAndLookup(ref->hash) : std::optional<uint64_t>();
   bool is_new = false;
+  NewChunk written;
   if (!stored) {
     TRAINSNAP_ASSIGN_OR_RETURN(stored, store_->LookupChunk(ref->hash));
   }
   if (!stored) {
     ChunkEncodeOptions encode;
-    encode.compress = store_->compress();
-    encode.zstd_level = store_->zstd_level();
+    encode.compress = store_->sink_settings().compress;
+    encode.zstd_level = store_->sink_settings().zstd_level;
     encode.element_size = ShuffleWidth(dtype);
     encode.float16_split = UseFloat16Split(dtype);
     std::string encoded;
     *depth = 0;
     const ChunkHash* base_hash = nullptr;
-    // Delta against the base chunk at the same index (DeltaReference), while
-    // the keyframe interval allows one and a sample says it pays. The sample
-    // decides alone: compressing the whole chunk both ways would double the
-    // encoder's CPU for a few percent of bytes.
-    const int interval = store_->keyframe_interval();
-    bool may_delta =
-        encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype && size >= kMinDeltaBytes;
-    if (may_delta && store_->delta_reference() == DeltaReference::kKeyframe) {
-      may_delta = bases->depths[index] == 0 && static_cast<int>(bases->ages[index]) + 1 < interval;
-    } else if (may_delta) {
-      may_delta = bases->depths[index] != kUnknownDeltaDepth && static_cast<int>(bases->depths[index]) + 1 < interval;
-    }
+    // Delta against the base chunk at the same index, while the store's
+    // policy allows one and a sample says it pays. The sample decides alone:
+    // compressing the whole chunk both ways would double the encoder's CPU
+    // for a few percent of bytes.
+    const bool may_delta = encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype &&
+                           size >= kMinDeltaBytes && store_->MayDelta(*bases, index);
     if (may_delta) {
       const uint8_t* base = bases->raw.data() + index * bases->chunk;
       const size_t plain_sample = SampleCompressedSize(data, nullptr, size, kDeltaSampleBytes, encode);
@@ -168,9 +163,12 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
       }
     }
     if (base_hash == nullptr) TRAINSNAP_RETURN_IF_ERROR(EncodeChunk(data, size, encode, &encoded));
-    TRAINSNAP_RETURN_IF_ERROR(store_->PutChunk(ref->hash, encoded, base_hash));
+    auto entry = store_->PutChunk(ref->hash, encoded);
+    if (!entry.ok()) return entry.status();
+    written.hash = ref->hash;
+    written.entry = *entry;
+    if (base_hash != nullptr) written.base = *base_hash;
     stored = encoded.size();
-    store_->registry().NoteStored(ref->hash, *stored);
     is_new = true;
   }
   ref->stored_bytes = *stored;
@@ -180,6 +178,9 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   // Two threads of this writer may race on the same chunk (both write it, or
   // one finds the other's write): count it once.
   if (is_new && new_hashes_.insert(ref->hash).second) {
+    // Its index entry goes into this snapshot's commit; a copy another
+    // thread wrote too is left unreferenced (compaction drops it).
+    new_chunk_entries_.push_back(std::move(written));
     if (metadata) {
       metadata_new_bytes_ += *stored;
     } else {
@@ -278,16 +279,16 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   record.shape = tensor.shape;
   record.bytes = tensor.size_bytes;
   const size_t element_size = DTypeSize(tensor.dtype);
-  const size_t chunk = std::max(element_size, store_->chunk_bytes() / element_size * element_size);
+  const size_t chunk = std::max(element_size, store_->sink_settings().chunk_bytes / element_size * element_size);
   const size_t n = (tensor.size_bytes + chunk - 1) / chunk;
   record.chunks.resize(n);
   const auto* base = static_cast<const uint8_t*>(tensor.data);
   // The tensor's delta bases, when their layout matches.
   std::shared_ptr<const DeltaBase> bases;
   // Raw stores (StoreOptions::compress off) write no deltas: no bases to keep.
-  const bool deltas = store_->compress() && store_->keyframe_interval() > 1;
+  const bool deltas = store_->DeltasEnabled();
   if (deltas) {
-    bases = store_->delta_bases().Find(key);
+    bases = store_->DeltaBasesOf(key);
     if (bases && (bases->dtype != tensor.dtype || bases->bytes != tensor.size_bytes || bases->chunk != chunk)) {
       bases.reset();
     }
@@ -301,8 +302,8 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   next->hashes.resize(n);
   next->depths.resize(n, kUnknownDeltaDepth);
   next->ages.resize(n, 0);
-  if (deltas && tensor.size_bytes <= store_->delta_bases().budget()) next->raw.resize(tensor.size_bytes);
-  const bool keep_keyframes = store_->delta_reference() == DeltaReference::kKeyframe;
+  if (deltas && tensor.size_bytes <= store_->DeltaBaseBudget()) next->raw.resize(tensor.size_bytes);
+  const bool keep_keyframes = store_->DeltaKeepsKeyframe();
   Status s = ParallelFor(store_->pool(), n, [&](size_t i) {
     const size_t offset = i * chunk;
     const size_t size = std::min(chunk, tensor.size_bytes - offset);
@@ -401,13 +402,19 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   }
   info.new_chunks = new_chunks_;
   info.new_bytes = new_bytes_;
+  SnapshotCommit commit;
+  commit.info = info;
+  commit.records = std::move(records);
+  commit.groups = std::move(groups);
+  commit.manifest = manifest_;
+  commit.replace_existing = options_.replace_existing;
+  commit.chunks = new_chunk_entries_;
+  commit.delta_bases = new_bases_;
   uint64_t record_bytes = 0;
-  auto committed = store_->CommitSnapshot(info, records, groups ? &*groups : nullptr, manifest_,
-                                          options_.replace_existing, &record_bytes);
+  auto committed = store_->CommitSnapshot(std::move(commit), &record_bytes);
   if (!committed.ok()) return committed.status().WithContext(context);
   committed_ = true;
   metadata_bytes_ = record_bytes + metadata_new_bytes_;
-  store_->delta_bases().Publish(std::move(new_bases_));
   return committed;
 }
 

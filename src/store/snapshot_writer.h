@@ -1,5 +1,5 @@
-// SnapshotWriterImpl: builds one snapshot of a RocksStore (see SnapshotWriter
-// in include/trainsnap/store.h). Must not outlive its store.
+// SnapshotWriterImpl: builds one snapshot through a ChunkSink (its store; see
+// SnapshotWriter in include/trainsnap/store.h). Must not outlive the sink.
 #pragma once
 
 #include <atomic>
@@ -13,17 +13,18 @@
 #include <vector>
 
 #include "store/chunk_registry.h"
+#include "store/chunk_sink.h"
 #include "store/delta_base_cache.h"
+#include "store/pack_entry.h"
 #include "store/records.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
 
-class RocksStore;
 
 class SnapshotWriterImpl final : public SnapshotWriter {
  public:
-  SnapshotWriterImpl(RocksStore* store, int64_t step, SnapshotOptions options);
+  SnapshotWriterImpl(ChunkSink* store, int64_t step, SnapshotOptions options);
   // Unpins every chunk this writer referenced; an uncommitted snapshot leaves
   // only unreferenced chunks behind.
   ~SnapshotWriterImpl() override;
@@ -62,14 +63,18 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 
-  RocksStore* store_;
+  ChunkSink* store_;
   const int64_t step_;
   const SnapshotOptions options_;
+  // Compaction leaves packs from this number on alone while the writer
+  // lives: its chunks are in them, unindexed until its commit.
+  const uint32_t pack_floor_;
 
   std::mutex mu_;  // guards everything below
   std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
   std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // written by this writer
+  std::vector<NewChunk> new_chunk_entries_;  // their pack places, indexed by the commit
   std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_;  // published on commit
   std::string manifest_;
   uint64_t new_chunks_ = 0;

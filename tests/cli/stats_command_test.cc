@@ -37,17 +37,18 @@ TEST_F(StatsCommandTest, JsonMatchesTheLibraryAndCountsCollectableBytes) {
   EXPECT_EQ(doc["chunk_stored_bytes"], stats->chunk_stored_bytes);
   EXPECT_EQ(doc["logical_bytes"], 4096);
   EXPECT_EQ(doc["sst_bytes"], stats->sst_bytes);
-  EXPECT_EQ(doc["blob_bytes"], stats->blob_bytes);
+  EXPECT_EQ(doc["pack_bytes"], stats->pack_bytes);
+  EXPECT_EQ(doc["packs"], 1);
   EXPECT_EQ(doc["disk_bytes"], stats->disk_bytes);
-  EXPECT_EQ(stats->disk_bytes, stats->sst_bytes + stats->blob_bytes + stats->wal_bytes + stats->reserve_bytes +
+  EXPECT_EQ(stats->disk_bytes, stats->sst_bytes + stats->pack_bytes + stats->wal_bytes + stats->reserve_bytes +
                                    stats->other_bytes);
   EXPECT_EQ(doc["reserve_bytes"], stats->reserve_bytes);
-  EXPECT_EQ(doc["blob_garbage_bytes"], stats->blob_garbage_bytes);
+  EXPECT_EQ(doc["pack_garbage_bytes"], stats->pack_garbage_bytes);
   EXPECT_DOUBLE_EQ(doc["compression_ratio"].get<double>(), 8192.0 / stats->chunk_stored_bytes);
 
   CliRun human = RunCli({"stats", StorePath()});
   ASSERT_EQ(human.exit_code, 0) << human.err;
-  for (const char* expected : {"collectable chunks", "RocksDB blob files", "dedup ratio", "8.00 KiB"}) {
+  for (const char* expected : {"collectable chunks", "pack files (1)", "dedup ratio", "8.00 KiB"}) {
     EXPECT_NE(human.out.find(expected), std::string::npos) << "missing `" << expected << "` in\n" << human.out;
   }
 }

@@ -1,5 +1,5 @@
 // Corruption of a closed store's files: random bit flips and truncations of
-// blob files (chunk payloads), table files, the WAL tail and the MANIFEST,
+// pack files (chunk bytes), table files, the WAL tail and the MANIFEST,
 // plus bit flips on the read path (the file intact, the bytes read wrong).
 // Every case must be detected (an open that fails, an error from a read, or a
 // Verify problem) or harmless (everything reads back right); none may return
@@ -160,7 +160,7 @@ class CorruptionTest : public ::testing::Test {
 TEST_F(CorruptionTest, BitFlipsInFilesAreDetectedNeverSilent) {
   std::mt19937_64 rng(kSeed);
   Tally total;
-  for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
+  for (const char* kind : {".pack", ".sst", ".log", "MANIFEST"}) {
     Tally t;
     for (int i = 0; i < CasesPerKind(); ++i) {
       const auto files = FilesOfKind(base_, kind);
@@ -168,7 +168,7 @@ TEST_F(CorruptionTest, BitFlipsInFilesAreDetectedNeverSilent) {
       const uint64_t offset = rng() % fs::file_size(file);
       const int bit = static_cast<int>(rng() % 8);
       const Outcome o = RunCase("flip" + std::string(kind) + std::to_string(i), [&](const std::string& path) {
-        FlipBit(fs::path(path) / file.filename(), offset, bit);
+        FlipBit(fs::path(path) / fs::relative(file, base_), offset, bit);
       });
       t.Add(o);
       total.Add(o);
@@ -184,7 +184,7 @@ TEST_F(CorruptionTest, BitFlipsInFilesAreDetectedNeverSilent) {
 TEST_F(CorruptionTest, TruncationsAreDetectedNeverSilent) {
   std::mt19937_64 rng(kSeed + 1);
   Tally total;
-  for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
+  for (const char* kind : {".pack", ".sst", ".log", "MANIFEST"}) {
     Tally t;
     for (int i = 0; i < CasesPerKind(); ++i) {
       const auto files = FilesOfKind(base_, kind);
@@ -194,7 +194,7 @@ TEST_F(CorruptionTest, TruncationsAreDetectedNeverSilent) {
       const uint64_t cut = std::string(kind) == ".log" ? 1 + rng() % std::min<uint64_t>(size, 4096)
                                                        : 1 + rng() % size;
       const Outcome o = RunCase("cut" + std::string(kind) + std::to_string(i), [&](const std::string& path) {
-        fs::resize_file(fs::path(path) / file.filename(), size - cut);
+        fs::resize_file(fs::path(path) / fs::relative(file, base_), size - cut);
       });
       t.Add(o);
       total.Add(o);
@@ -209,9 +209,9 @@ TEST_F(CorruptionTest, TruncationsAreDetectedNeverSilent) {
 // The file is intact but a read returns a flipped bit (bad RAM, bad cable):
 // RocksDB's block checksums or the chunk hash must catch it.
 TEST_F(CorruptionTest, BitFlipsOnReadAreDetectedNeverSilent) {
-  FlushStore(base_);  // every step in table and blob files
+  FlushStore(base_);  // every step in table files (chunks in pack files)
   Tally total;
-  for (const char* suffix : {".blob", ".sst"}) {
+  for (const char* suffix : {".pack", ".sst"}) {
     Tally t;
     for (uint64_t nth = 1; nth <= static_cast<uint64_t>(2 * CasesPerKind()); ++nth) {
       const std::string path = dir_.Sub("read" + std::string(suffix) + std::to_string(nth));

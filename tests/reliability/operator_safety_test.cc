@@ -191,7 +191,16 @@ TEST(PermissionTest, DeniedIsIOErrorNamingThePathNotBusy) {
   ASSERT_NO_FATAL_FAILURE(WriteSteps(path, 2));
   fs::create_directories(dir.Sub("readonly_empty"));
   ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
-  for (const auto& e : fs::directory_iterator(path)) ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+  // Files read-only; directories (packs/) read-only but searchable.
+  std::vector<fs::path> subdirs;
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (e.is_directory()) {
+      subdirs.push_back(e.path());
+    } else {
+      ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+    }
+  }
+  for (const fs::path& d : subdirs) ASSERT_EQ(::chmod(d.c_str(), 0555), 0);
   ASSERT_EQ(::chmod(path.c_str(), 0555), 0);
   ASSERT_EQ(::chmod(parent.c_str(), 0555), 0);
   ASSERT_EQ(::chmod(dir.Sub("readonly_empty").c_str(), 0555), 0);
@@ -239,16 +248,16 @@ TEST(MissingFileTest, DeletedManifestAndDeletedTableFileAreBothCorruption) {
   }
 }
 
-TEST(MissingFileTest, MissingBlobFileIsCorruptionOnEveryRead) {
+TEST(MissingFileTest, MissingPackFileIsCorruptionOnEveryRead) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   ASSERT_NO_FATAL_FAILURE(BuildDamageBaseline(path));
-  const auto blobs = FilesOfKind(path, ".blob");
-  ASSERT_FALSE(blobs.empty());
-  for (const fs::path& f : blobs) fs::remove(f);
+  const auto packs = FilesOfKind(path, ".pack");
+  ASSERT_FALSE(packs.empty());
+  for (const fs::path& f : packs) fs::remove(f);
   auto store = Store::OpenReadOnly(path);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  // Step 1's float tensor has a 4096-byte chunk: a blob value.
+  // Step 1's float tensor has a 4096-byte chunk, in a pack file.
   auto record = (*store)->Tensor(1, 1, "param");
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   std::vector<uint8_t> out(record->bytes);
@@ -262,9 +271,9 @@ TEST(MissingFileTest, MissingBlobFileIsCorruptionOnEveryRead) {
   size_t missing_files = 0;
   for (const VerifyProblem& p : verify->problems) {
     EXPECT_EQ(p.status.code(), StatusCode::kCorruption) << p.status.ToString();
-    if (p.store && p.file.size() > 5 && p.file.substr(p.file.size() - 5) == ".blob") ++missing_files;
+    if (p.store && p.file.size() > 5 && p.file.substr(p.file.size() - 5) == ".pack") ++missing_files;
   }
-  EXPECT_EQ(missing_files, blobs.size());
+  EXPECT_EQ(missing_files, packs.size());
 }
 
 // --- counts: List()/Latest() are complete or an error --------------------------

@@ -21,7 +21,7 @@ namespace trainsnap::testing {
 namespace {
 
 // SplitMix64: a cheap, well-mixed deterministic byte source (incompressible,
-// so chunks are stored raw and land in blob files).
+// so chunks are stored raw).
 uint64_t SplitMix(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -280,7 +280,7 @@ void BuildDamageBaseline(const std::string& path) {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     for (int64_t step = kFlushedSteps + 1; step <= kDamageSteps; ++step) ASSERT_TRUE(WriteStep(**store, step).ok());
   }
-  for (const char* kind : {".blob", ".sst", ".log", "MANIFEST"}) {
+  for (const char* kind : {".pack", ".sst", ".log", "MANIFEST"}) {
     ASSERT_FALSE(FilesOfKind(path, kind).empty()) << "the baseline store has no " << kind << " file";
   }
 }
@@ -288,7 +288,8 @@ void BuildDamageBaseline(const std::string& path) {
 std::vector<std::filesystem::path> FilesOfKind(const std::string& dir, const std::string& kind) {
   namespace fs = std::filesystem;
   std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  // Pack files live in the store's packs/ directory.
+  for (const auto& e : fs::directory_iterator(kind == ".pack" ? dir + "/packs" : dir)) {
     const std::string name = e.path().filename().string();
     const bool match = kind == "MANIFEST" ? name.rfind("MANIFEST-", 0) == 0 : e.path().extension() == kind;
     if (match && fs::file_size(e.path()) > 0) out.push_back(e.path());

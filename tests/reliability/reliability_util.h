@@ -56,7 +56,7 @@ void RawWrite(const std::string& path, const std::string& cf, const std::string&
 // Reads one key of a closed store directly; NotFound as an empty optional.
 std::optional<std::string> RawGet(const std::string& path, const std::string& cf, const std::string& key);
 // Opens the store's database directly and flushes every column family to
-// table (and blob) files, so that nothing lives in the WAL any more.
+// table files, so that nothing lives in the WAL any more.
 void FlushStore(const std::string& path);
 
 // Runs `fn` in a forked child process and returns what it returned, or, if
@@ -75,16 +75,17 @@ std::map<std::string, std::vector<std::string>> TableFilesByColumnFamily(const s
 void CopyDir(const std::string& from, const std::string& to);
 
 // --- damage baselines (corruption and verify-CLI tests) ----------------------
-inline constexpr int64_t kFlushedSteps = 6;  // steps 1..6 live in table and blob files
+inline constexpr int64_t kFlushedSteps = 6;  // steps 1..6 live in table files (chunks: pack files)
 inline constexpr int64_t kWalSteps = 2;      // steps 7..8 live only in the WAL
 inline constexpr int64_t kDamageSteps = kFlushedSteps + kWalSteps;
 
-// Writes steps 1..kFlushedSteps, flushes them to table and blob files, then
-// writes the rest into the WAL only; asserts that every file kind damaged by
-// the tests (.blob, .sst, .log, MANIFEST) exists. Use with ASSERT_NO_FATAL_FAILURE.
+// Writes steps 1..kFlushedSteps, flushes them to table files, then writes
+// the rest into the WAL only (their chunks are in pack files, as all are);
+// asserts that every file kind damaged by the tests (.pack, .sst, .log,
+// MANIFEST) exists. Use with ASSERT_NO_FATAL_FAILURE.
 void BuildDamageBaseline(const std::string& path);
-// Non-empty files of `dir` with extension `kind` (".blob", ".sst", ".log")
-// or, for kind "MANIFEST", named MANIFEST-*; sorted.
+// Non-empty files of `dir` with extension `kind` (".sst", ".log"; ".pack"
+// from dir/packs) or, for kind "MANIFEST", named MANIFEST-*; sorted.
 std::vector<std::filesystem::path> FilesOfKind(const std::string& dir, const std::string& kind);
 
 }  // namespace trainsnap::testing

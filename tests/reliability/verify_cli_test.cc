@@ -1,6 +1,6 @@
 // The CLI's `trainsnap verify` on damaged stores (issue 7: "The CLI's verify
 // exits 3 on them"): for each kind of damage of the corruption test (a chunk
-// blob flipped or truncated, a table file flipped, the WAL tail damaged, the
+// pack flipped or truncated, a table file flipped, the WAL tail damaged, the
 // MANIFEST damaged) the real binary runs on a closed store and its exit code
 // is checked exactly. Exit codes are documented in docs/cli.md.
 #include <gtest/gtest.h>
@@ -125,18 +125,17 @@ TEST_F(VerifyCliTest, IntactStoreExitsZero) {
   EXPECT_TRUE(run.err.empty()) << run.err;
 }
 
-TEST_F(VerifyCliTest, ChunkBlobBitFlipExitsThree) {
-  // The middle byte of every blob file: chunk payloads (blob records carry a
-  // CRC, chunks their XXH3 hash).
-  CliRun run = VerifyDamaged("blob_flip", [](const std::string& path) {
-    for (const fs::path& f : FilesOfKind(path, ".blob")) FlipByte(f, fs::file_size(f) / 2);
+TEST_F(VerifyCliTest, ChunkPackBitFlipExitsThree) {
+  // The middle byte of every pack file: chunk bytes (checked by their XXH3 hash).
+  CliRun run = VerifyDamaged("pack_flip", [](const std::string& path) {
+    for (const fs::path& f : FilesOfKind(path, ".pack")) FlipByte(f, fs::file_size(f) / 2);
   });
   EXPECT_EQ(run.exit_code, kExitCorruption) << run.err;
 }
 
-TEST_F(VerifyCliTest, ChunkBlobTruncationExitsThree) {
-  CliRun run = VerifyDamaged("blob_cut", [](const std::string& path) {
-    for (const fs::path& f : FilesOfKind(path, ".blob")) fs::resize_file(f, fs::file_size(f) / 2);
+TEST_F(VerifyCliTest, ChunkPackTruncationExitsThree) {
+  CliRun run = VerifyDamaged("pack_cut", [](const std::string& path) {
+    for (const fs::path& f : FilesOfKind(path, ".pack")) fs::resize_file(f, fs::file_size(f) / 2);
   });
   EXPECT_EQ(run.exit_code, kExitCorruption) << run.err;
 }
@@ -306,7 +305,16 @@ TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
   // Traversable by everyone; the store directory and its files read-only.
   ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   ASSERT_EQ(::chmod(parent.c_str(), 0555), 0);
-  for (const auto& e : fs::directory_iterator(path)) ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+  // Files read-only; directories (packs/) read-only but searchable.
+  std::vector<fs::path> subdirs;
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (e.is_directory()) {
+      subdirs.push_back(e.path());
+    } else {
+      ASSERT_EQ(::chmod(e.path().c_str(), 0444), 0);
+    }
+  }
+  for (const fs::path& d : subdirs) ASSERT_EQ(::chmod(d.c_str(), 0555), 0);
   ASSERT_EQ(::chmod(path.c_str(), 0555), 0);
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"gc", path}, {"verify", "--repair", path}, {"rollback", "--yes", path, "3"}}) {

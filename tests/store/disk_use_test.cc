@@ -17,13 +17,13 @@
 namespace trainsnap::testing {
 namespace {
 
-// The bytes of the store's files now. RocksDB deletes obsolete files in the
+// The bytes of the store's files now (packs/ included). RocksDB deletes obsolete files in the
 // background: a file listed and gone before its size is read counts 0 (the
 // throwing overloads made the test fail with an exception under load).
 uint64_t DirBytes(const std::string& path) {
   uint64_t total = 0;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(path, ec)) {
     std::error_code size_ec;
     if (!e.is_regular_file(size_ec)) continue;
     const uintmax_t size = e.file_size(size_ec);
@@ -34,13 +34,12 @@ uint64_t DirBytes(const std::string& path) {
 }
 
 // keep_last = 4 over 40 steps. Each step holds a frozen tensor (512 KiB, the
-// same bytes every step: its chunks stay live in the oldest blob file) and a
-// tensor that changes every step (1 MiB), in 64 KiB chunks stored raw. A
-// flush every 2 MiB of WAL spreads them over about 20 blob files, so giving
-// space back must both drop blob files that hold only pruned values and
-// relocate the live values of the first one. Before the fix nothing was
-// compacted or flushed for the deleted values: the whole 40 MiB written
-// stayed on disk (WAL and blob files), ~6x the bound.
+// same bytes every step: its chunks stay live in the oldest pack) and a
+// tensor that changes every step (1 MiB), in 64 KiB chunks stored raw.
+// Giving space back after the commits must both drop packs that hold only
+// pruned chunks and rewrite the live chunks of the first one. Before the
+// fix (blob files then) nothing was compacted for the deleted values: the
+// whole 40 MiB written stayed on disk, ~6x the bound.
 TEST(DiskUseTest, RetentionAndGcKeepDiskWithinOneAndAHalfLivePlusOneSnapshot) {
   TempDir dir;
   const std::string path = dir.Sub("s");
@@ -85,9 +84,9 @@ TEST(DiskUseTest, RetentionAndGcKeepDiskWithinOneAndAHalfLivePlusOneSnapshot) {
   const uint64_t live = stats->chunk_stored_bytes;
   const uint64_t bound = live + live / 2 + snapshot_bytes;
   const std::string accounting =
-      "disk " + std::to_string(disk) + " B = sst " + std::to_string(stats->sst_bytes) + " + blob " +
-      std::to_string(stats->blob_bytes) + " (garbage " + std::to_string(stats->blob_garbage_bytes) +
-      ", uncompacted " + std::to_string(stats->blob_uncompacted_bytes) + ") + wal " +
+      "disk " + std::to_string(disk) + " B = sst " + std::to_string(stats->sst_bytes) + " + packs " +
+      std::to_string(stats->pack_bytes) + " (" + std::to_string(stats->packs) + " files, garbage " +
+      std::to_string(stats->pack_garbage_bytes) + ") + wal " +
       std::to_string(stats->wal_bytes) + " + reserve " + std::to_string(stats->reserve_bytes) + " + other " +
       std::to_string(stats->other_bytes) + "; live " + std::to_string(live) + " B, one snapshot " +
       std::to_string(snapshot_bytes) + " B, bound 1.5 x live + snapshot = " + std::to_string(bound) +
@@ -96,16 +95,15 @@ TEST(DiskUseTest, RetentionAndGcKeepDiskWithinOneAndAHalfLivePlusOneSnapshot) {
   // Stats accounts for every file of the directory.
   EXPECT_EQ(stats->disk_bytes, disk) << accounting;
   EXPECT_EQ(stats->disk_bytes,
-            stats->sst_bytes + stats->blob_bytes + stats->wal_bytes + stats->reserve_bytes + stats->other_bytes);
-  // After gc, nothing deleted is left uncompacted, and the blob files hold
-  // at most kMaxGarbageRatio (1/4) of garbage.
-  EXPECT_EQ(stats->blob_uncompacted_bytes, 0u) << accounting;
-  EXPECT_LE(stats->blob_garbage_bytes, live / 4) << accounting;
+            stats->sst_bytes + stats->pack_bytes + stats->wal_bytes + stats->reserve_bytes + stats->other_bytes);
+  // After gc every pack is at least kCompactBelow (3/4) live: the garbage
+  // is under a third of the live bytes.
+  EXPECT_LE(stats->pack_garbage_bytes, live / 3) << accounting;
   std::printf("[ disk-use ] keep_last 4, %lld steps: %s\n", static_cast<long long>(kSteps), accounting.c_str());
 }
 
-// Stats names what the disk holds: a deleted snapshot's values are
-// "uncompacted" blob bytes until gc, which gives them back.
+// Stats names what the disk holds: a deleted snapshot's chunks are pack
+// garbage until gc, which compacts the pack and gives them back.
 TEST(DiskUseTest, StatsShowDeletedValuesUntilGcGivesThemBack) {
   TempDir dir;
   const std::string path = dir.Sub("s");
@@ -122,31 +120,39 @@ TEST(DiskUseTest, StatsShowDeletedValuesUntilGcGivesThemBack) {
     const std::vector<float> t = RandomFloats((1 << 20) / sizeof(float), static_cast<uint32_t>(step));
     ASSERT_TRUE(WriteSnapshot(**store, step, {{1, &t}}).ok());
   }
-  // Flushed to blob files by a gc with nothing to collect.
+  // A gc with nothing to collect compacts nothing.
   auto gc = (*store)->CollectGarbage();
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
   EXPECT_EQ(gc->chunks_deleted, 0u);
+  EXPECT_EQ(gc->packs_removed, 0u);
   auto before = (*store)->Stats();
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(before->wal_bytes, 0u);
-  EXPECT_EQ(before->blob_uncompacted_bytes, 0u);
+  EXPECT_EQ(before->pack_garbage_bytes, 0u);
+  EXPECT_EQ(before->packs, 1u);
+  // 48 raw chunks of 64 KiB, each with its 16-byte header, after the pack header.
+  EXPECT_EQ(before->pack_bytes, 8u + 48u * (16u + (64u << 10)));
   ASSERT_TRUE((*store)->Delete(2).ok());
   auto deleted = (*store)->Stats();
   ASSERT_TRUE(deleted.ok());
   // Step 2's 16 chunks are collectable, and still on disk.
   EXPECT_EQ(deleted->collectable_chunks, 16u);
-  EXPECT_EQ(deleted->blob_bytes, before->blob_bytes);
+  EXPECT_EQ(deleted->pack_bytes, before->pack_bytes);
   gc = (*store)->CollectGarbage();
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
   EXPECT_EQ(gc->chunks_deleted, 16u);
   EXPECT_EQ(gc->bytes_deleted, deleted->collectable_bytes);
+  // The pack was 2/3 live (below 3/4): its 32 live chunks were copied into
+  // a new pack and the old one deleted.
+  EXPECT_EQ(gc->packs_removed, 1u);
+  EXPECT_EQ(gc->pack_bytes_rewritten, 32u * (16u + (64u << 10)));
+  EXPECT_EQ(gc->pack_bytes_freed, before->pack_bytes - gc->pack_bytes_rewritten);
   auto after = (*store)->Stats();
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->collectable_chunks, 0u);
-  EXPECT_EQ(after->blob_uncompacted_bytes, 0u);
-  // The deleted values' blob bytes are gone from disk (relocated or dropped).
-  EXPECT_LE(after->blob_bytes + deleted->collectable_bytes, before->blob_bytes + 1024)
-      << "blob bytes before " << before->blob_bytes << ", after " << after->blob_bytes;
+  EXPECT_EQ(after->pack_garbage_bytes, 0u);
+  EXPECT_EQ(after->pack_bytes, 8u + 32u * (16u + (64u << 10)));
+  EXPECT_EQ(after->pack_bytes + deleted->collectable_bytes, before->pack_bytes);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // can damage or rewrite what the store wrote.
 #pragma once
 
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,15 +12,16 @@
 #include <rocksdb/db.h>
 
 #include "store/column_families.h"
+#include "store/keys.h"
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
 
 namespace trainsnap::testing {
 
 class RawDb {
  public:
-  explicit RawDb(const std::string& path) {
+  explicit RawDb(const std::string& path) : path_(path) {
     rocksdb::ColumnFamilyOptions chunks;
-    chunks.enable_blob_files = true;
-    chunks.min_blob_size = 4096;
     std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
     for (size_t i = 0; i < internal::kColumnFamilyCount; ++i) {
       const auto cf = static_cast<internal::ColumnFamily>(i);
@@ -43,6 +46,44 @@ class RawDb {
   rocksdb::ColumnFamilyHandle* chunks() { return handle(internal::ColumnFamily::kChunks); }
   rocksdb::ColumnFamilyHandle* chunk_deps() { return handle(internal::ColumnFamily::kChunkDeps); }
 
+  // The encoded chunk `hash` as stored: its index entry read from the
+  // chunks CF, its bytes from its pack file.
+  rocksdb::Status GetChunk(const ChunkHash& hash, std::string* value) {
+    auto entry = Entry(hash);
+    if (!entry) return rocksdb::Status::NotFound("chunk index entry");
+    std::ifstream in(PackPath(*entry), std::ios::binary);
+    value->assign(entry->length, '\0');
+    in.seekg(static_cast<std::streamoff>(entry->offset));
+    in.read(value->data(), entry->length);
+    if (!in) return rocksdb::Status::Corruption("short pack file");
+    return rocksdb::Status::OK();
+  }
+  // XORs byte `offset` of the encoded chunk `hash` in its pack file with 0x01.
+  void FlipChunkByte(const ChunkHash& hash, size_t offset) {
+    auto entry = Entry(hash);
+    ASSERT_TRUE(entry.has_value());
+    ASSERT_LT(offset, entry->length);
+    std::fstream f(PackPath(*entry), std::ios::binary | std::ios::in | std::ios::out);
+    const auto at = static_cast<std::streamoff>(entry->offset + offset);
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x01);
+    f.seekp(at);
+    f.write(&c, 1);
+    ASSERT_TRUE(f.good());
+  }
+  std::optional<internal::PackEntry> Entry(const ChunkHash& hash) {
+    std::string value;
+    if (!db_->Get(rocksdb::ReadOptions(), chunks(), internal::EncodeChunkKey(hash), &value).ok()) return std::nullopt;
+    auto entry = internal::ParsePackEntry(value);
+    if (!entry.ok()) return std::nullopt;
+    return *entry;
+  }
+  std::string PackPath(const internal::PackEntry& entry) const {
+    return path_ + "/" + internal::kPackDir + "/" + internal::PackFileName(entry.pack);
+  }
+
   // XORs byte `offset` of the value stored under `key` in `cf` with 0x01.
   void FlipByte(rocksdb::ColumnFamilyHandle* cf, const std::string& key, size_t offset) {
     std::string value;
@@ -53,6 +94,7 @@ class RawDb {
   }
 
  private:
+  std::string path_;
   rocksdb::Status status_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;

@@ -253,24 +253,47 @@ TEST(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
   ASSERT_TRUE((*store)->Delete(1).ok());
   auto gc = (*store)->CollectGarbage();
   ASSERT_TRUE(gc.ok());
-  EXPECT_EQ(gc->chunks_scanned, 4u);
-  EXPECT_EQ(gc->chunks_deleted, 0u);  // every chunk is pinned by the writer
+  // The index holds committed chunks only: step 1's two, pinned by the
+  // writer. Its two new chunks are in the pack, indexed by its commit; the
+  // pack (half of it unindexed) is not compacted while the writer lives.
+  EXPECT_EQ(gc->chunks_scanned, 2u);
+  EXPECT_EQ(gc->chunks_deleted, 0u);
+  EXPECT_EQ(gc->packs_removed, 0u);
+  EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
   ASSERT_TRUE((*writer)->Commit().ok());
   writer->reset();
   EXPECT_EQ(ReadFloats(**store, 2, 1), a);
   EXPECT_EQ(ReadFloats(**store, 2, 2), d);
 
-  // An abandoned writer's chunks become garbage once it is gone.
+  // An abandoned writer's chunks were never indexed: unreferenced pack
+  // bytes (its 3 chunks, alone in the pack begun after the last gc), which
+  // the next collection deletes with their pack.
   auto e = RandomFloats(3000, 16);
   auto abandoned = (*store)->BeginSnapshot(3);
   ASSERT_TRUE(abandoned.ok());
   ASSERT_TRUE((*abandoned)->AddTensor(View(1, "param", e)).ok());
   abandoned->reset();
   EXPECT_EQ((*store)->Info(3).status().code(), StatusCode::kNotFound);
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->packs, 2u);
+  const uint64_t abandoned_bytes = stats->pack_garbage_bytes;
+  EXPECT_GE(abandoned_bytes, 3 * 16u + 1000u);  // 3 chunk headers and 12000 raw bytes, maybe compressed
+  EXPECT_LE(abandoned_bytes, 3 * 16u + 12000u);
+  const uint64_t pack_bytes_before = stats->pack_bytes;
   gc = (*store)->CollectGarbage();
   ASSERT_TRUE(gc.ok());
-  EXPECT_EQ(gc->chunks_scanned, 7u);
-  EXPECT_EQ(gc->chunks_deleted, 3u);
+  EXPECT_EQ(gc->chunks_scanned, 4u);
+  EXPECT_EQ(gc->chunks_deleted, 0u);
+  EXPECT_EQ(gc->packs_removed, 1u);
+  EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
+  EXPECT_EQ(gc->pack_bytes_freed, 8 + abandoned_bytes);
+  stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->packs, 1u);
+  EXPECT_EQ(stats->pack_bytes, pack_bytes_before - 8 - abandoned_bytes);
+  EXPECT_EQ(stats->pack_garbage_bytes, 0u);
+  EXPECT_EQ(ReadFloats(**store, 2, 2), d);
 }
 
 TEST(RocksStoreTest, RollbackDeletesLaterSnapshots) {
@@ -340,15 +363,21 @@ TEST(RocksStoreTest, ReopenKeepsEverything) {
   EXPECT_EQ(stats->chunk_stored_bytes, infos[0].new_bytes);
   EXPECT_EQ(stats->logical_bytes, 2 * a.size() * 4 + 2 * b.size() * 4);
   EXPECT_EQ(stats->referenced_bytes, infos[0].stored_bytes + infos[1].stored_bytes + third->stored_bytes);
-  // Reopening replays the WAL without flushing it (a full disk must not
-  // stop an open): the chunks are still only in the WAL.
-  EXPECT_EQ(stats->blob_bytes, 0u);
-  EXPECT_GE(stats->wal_bytes, infos[0].new_bytes);
-  // gc gives space back by flushing: the large chunks go to blob files.
-  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  // Every chunk byte was written once, to one pack file (after its 8-byte
+  // header); the WAL, which reopening replays without flushing (a full
+  // disk must not stop an open), holds only index entries and records.
+  EXPECT_EQ(stats->packs, 1u);
+  EXPECT_EQ(stats->pack_bytes, 8 + infos[0].new_bytes + infos[1].new_bytes);
+  EXPECT_EQ(stats->pack_garbage_bytes, 0u);
+  EXPECT_LT(stats->wal_bytes, 16u << 10);
+  // gc flushes: the index goes to table files; the pack, all live, stays.
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok());
+  EXPECT_EQ(gc->packs_removed, 0u);
+  EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
   stats = (*store)->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_GE(stats->blob_bytes, infos[0].new_bytes - (16 + 40));  // all but b's 56-byte raw chunk
+  EXPECT_EQ(stats->pack_bytes, 8 + infos[0].new_bytes + infos[1].new_bytes);
   EXPECT_GT(stats->sst_bytes, 0u);
   EXPECT_EQ(stats->wal_bytes, 0u);
 }
@@ -373,7 +402,7 @@ TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
     proto::StoreMeta meta;
     ASSERT_TRUE(meta.ParseFromString(value));
-    EXPECT_EQ(meta.format_version(), 3u);
+    EXPECT_EQ(meta.format_version(), 5u);
     EXPECT_EQ(meta.chunk_bytes(), 4096u);
     EXPECT_EQ(meta.hash(), "xxh3-128");
     meta.set_format_version(99);
@@ -381,7 +410,8 @@ TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
   }
   auto future = Store::Open(dir.Sub("s"));
   EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(future.status().message().find("store format version 99 is not supported"), std::string::npos)
+  EXPECT_NE(future.status().message().find("store format version 99 is not supported (this build reads version 5)"),
+            std::string::npos)
       << future.status().message();
   EXPECT_NE(future.status().message().find(dir.Sub("s")), std::string::npos);
   EXPECT_EQ(Store::OpenReadOnly(dir.Sub("s")).status().code(), StatusCode::kNotSupported);
@@ -509,7 +539,7 @@ TEST(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
     // A byte in the middle of chunk 1's payload (past the 16-byte header).
-    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(victim.chunks[1].hash), 100);
+    raw.FlipChunkByte(victim.chunks[1].hash, 100);
   }
   auto store = Store::Open(path, SmallChunks());
   ASSERT_TRUE(store.ok());
@@ -573,7 +603,7 @@ TEST(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok());
-    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(record.chunks[2].hash), 16 + 5);
+    raw.FlipChunkByte(record.chunks[2].hash, 16 + 5);
   }
   auto store = Store::OpenReadOnly(path);
   ASSERT_TRUE(store.ok());
@@ -804,9 +834,10 @@ TEST(RocksStoreTest, RejectsBadOptions) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));  // nothing was created
 }
 
-// A store written before delta chunks (meta format 1, no chunk_deps CF)
-// opens read-only as is, and a writable open upgrades it.
-TEST(RocksStoreTest, PreDeltaStoresStayReadableAndAreUpgraded) {
+// A store of an older format (chunk values in RocksDB, versions 1..4) is
+// refused by every open with NotSupported naming both versions, and left as
+// it was.
+TEST(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   auto a = RandomFloats(3000, 21);
@@ -815,37 +846,34 @@ TEST(RocksStoreTest, PreDeltaStoresStayReadableAndAreUpgraded) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
   }
-  {
+  for (uint32_t old_version : {4u, 1u}) {
+    {
+      RawDb raw(path);
+      ASSERT_TRUE(raw.ok()) << raw.error();
+      proto::StoreMeta meta;
+      std::string value;
+      ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
+      ASSERT_TRUE(meta.ParseFromString(value));
+      meta.set_format_version(old_version);
+      ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
+    }
+    const std::string expected = "store format version " + std::to_string(old_version) +
+                                 " is not supported (this build reads version 5: chunks in pack files; stores of "
+                                 "versions 1..4 are not converted)";
+    for (bool read_only : {false, true}) {
+      auto opened = read_only ? Store::OpenReadOnly(path) : Store::Open(path, SmallChunks());
+      ASSERT_FALSE(opened.ok());
+      EXPECT_EQ(opened.status().code(), StatusCode::kNotSupported);
+      EXPECT_NE(opened.status().message().find(expected), std::string::npos) << opened.status().message();
+    }
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
-    proto::StoreMeta meta;
     std::string value;
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
+    proto::StoreMeta meta;
     ASSERT_TRUE(meta.ParseFromString(value));
-    meta.set_format_version(1);
-    ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
-    ASSERT_TRUE(raw.db()->DropColumnFamily(raw.chunk_deps()).ok());
+    EXPECT_EQ(meta.format_version(), old_version);  // unchanged
   }
-  {
-    auto reader = Store::OpenReadOnly(path);
-    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
-    EXPECT_EQ(ReadFloats(**reader, 1, 1), a);
-    auto verify = (*reader)->Verify();
-    ASSERT_TRUE(verify.ok());
-    EXPECT_TRUE(verify->ok());
-  }
-  {
-    auto store = Store::Open(path, SmallChunks());
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_EQ(ReadFloats(**store, 1, 1), a);
-  }
-  RawDb raw(path);
-  ASSERT_TRUE(raw.ok()) << raw.error();  // chunk_deps exists again
-  std::string value;
-  ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
-  proto::StoreMeta meta;
-  ASSERT_TRUE(meta.ParseFromString(value));
-  EXPECT_EQ(meta.format_version(), 3u);
 }
 
 }  // namespace
@@ -861,7 +889,7 @@ std::vector<int> WorkerNices(Store& store) {
   auto& rocks = static_cast<internal::RocksStore&>(store);
   std::mutex mu;
   std::vector<int> nices;
-  Status s = internal::RunOnEachThread(rocks.pool(), static_cast<size_t>(rocks.threads()), [&] {
+  Status s = internal::RunOnEachThread(rocks.worker_pool(), static_cast<size_t>(rocks.threads()), [&] {
     std::lock_guard<std::mutex> lock(mu);
     nices.push_back(internal::ThreadNice());
     return Status::OK();

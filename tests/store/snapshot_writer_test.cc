@@ -157,7 +157,7 @@ std::vector<int> ChunkDepths(const std::string& path, int64_t step, uint64_t par
   EXPECT_TRUE(raw.ok()) << raw.error();
   for (const ChunkHash& h : hashes) {
     std::string value;
-    EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(h), &value).ok());
+    EXPECT_TRUE(raw.GetChunk(h, &value).ok());
     auto header = internal::ParseChunkHeader(value);
     EXPECT_TRUE(header.ok());
     depths.push_back(header.ok() && header->filter == internal::ChunkFilter::kXorDelta ? header->delta_depth : 0);
@@ -242,7 +242,7 @@ TEST(SnapshotWriterDeltaTest, KeyframeReferenceDeltasAreOneLevelAgainstTheLastKe
     for (size_t c = 0; c < 4; ++c) {
       std::string value;
       rocksdb::Status got =
-          raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(hashes[i][c]), &value);
+          raw.GetChunk(hashes[i][c], &value);
       ASSERT_TRUE(got.ok()) << got.ToString() << " step " << i + 1 << " chunk " << c;
       auto header = internal::ParseChunkHeader(value);
       ASSERT_TRUE(header.ok());
@@ -469,7 +469,7 @@ TEST(SnapshotWriterDeltaTest, Bf16UsesTheFloat16Split) {
   RawDb raw(path);
   ASSERT_TRUE(raw.ok());
   std::string value;
-  ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(first), &value).ok());
+  ASSERT_TRUE(raw.GetChunk(first, &value).ok());
   auto header = internal::ParseChunkHeader(value);
   ASSERT_TRUE(header.ok());
   EXPECT_EQ(header->filter, internal::ChunkFilter::kFloat16Split);
@@ -534,7 +534,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &meta).ok());
     proto::StoreMeta m;
     ASSERT_TRUE(m.ParseFromString(meta));
-    EXPECT_EQ(m.format_version(), 4u);
+    EXPECT_EQ(m.format_version(), 5u);
     std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.tensors()));
     it->SeekToFirst();
     EXPECT_FALSE(it->Valid());  // no per-tensor records
@@ -620,7 +620,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
       }
     }
     ASSERT_TRUE(found);
-    raw.FlipByte(raw.chunks(), internal::EncodeChunkKey(shared), 20);
+    raw.FlipChunkByte(shared, 20);
   }
   store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -640,10 +640,10 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
 }
 
 
-// A store of small snapshots keeps the per-tensor layout (format version 1,
-// meta version 3, readable by older builds); its first snapshot of 256
-// tensors or more is grouped and moves the meta to version 4 in its commit.
-// Both layouts read back, collect and verify in one store.
+// A store of small snapshots keeps the per-tensor layout (snapshot format
+// 1); its first snapshot of 256 tensors or more is grouped (snapshot format
+// 2). The store's format version (5) is the same for both. Both layouts
+// read back, collect and verify in one store.
 TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes) {
   TempDir dir;
   const std::string path = dir.Sub("s");
@@ -670,7 +670,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 1, small);
   }
-  EXPECT_EQ(meta_version(), 3u);
+  EXPECT_EQ(meta_version(), 5u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
@@ -682,7 +682,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 2, large);
   }
-  EXPECT_EQ(meta_version(), 4u);
+  EXPECT_EQ(meta_version(), 5u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();

@@ -419,8 +419,12 @@ IOStatus FaultInjectionFS::DropUnsyncedData() {
 }
 
 IOStatus FaultInjectionFS::CopySyncedState(const std::string& dir, const std::string& dest) const {
-  namespace fs = std::filesystem;
   std::lock_guard<std::mutex> lock(mu_);
+  return CopySyncedStateLocked(dir, dest);
+}
+
+IOStatus FaultInjectionFS::CopySyncedStateLocked(const std::string& dir, const std::string& dest) const {
+  namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dest, ec);
   if (ec) return IOStatus::IOError("power-loss image: create " + dest + ": " + ec.message());
@@ -429,6 +433,12 @@ IOStatus FaultInjectionFS::CopySyncedState(const std::string& dir, const std::st
     // background can vanish between the listing and the copy. It was being
     // deleted at the moment of the image, so the image does not hold it.
     std::error_code file_ec;
+    if (e.is_directory(file_ec)) {
+      // Subdirectories (a store's packs/) are copied the same way.
+      IOStatus sub = CopySyncedStateLocked(e.path().string(), (fs::path(dest) / e.path().filename()).string());
+      if (!sub.ok()) return sub;
+      continue;
+    }
     if (!e.is_regular_file(file_ec)) continue;
     const std::string name = (fs::path(dir) / e.path().filename()).string();
     uint64_t keep = UINT64_MAX;  // a file this FS never wrote: whole

@@ -107,6 +107,8 @@ class FaultInjectionFS : public rocksdb::FileSystemWrapper {
     bool firing = false;
   };
   rocksdb::IOStatus MakeError(bool no_space, FsOp op, const std::string& fname);
+  // CopySyncedState, recursing into subdirectories; caller holds mu_.
+  rocksdb::IOStatus CopySyncedStateLocked(const std::string& dir, const std::string& dest) const;
 
   mutable std::mutex mu_;
   std::map<std::string, FileState> files_;
