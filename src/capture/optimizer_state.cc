@@ -23,6 +23,9 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
   out->set_role_prefix(prefix);
   std::unordered_set<uint64_t> seen;
   std::unordered_map<uint64_t, const std::string*> names;  // for error messages
+  // Sized once: growing them rehashed every entry again at each doubling.
+  seen.reserve(contract.trainable.size() + contract.frozen.size());
+  names.reserve(contract.trainable.size() + contract.frozen.size());
   for (const auto* entries : {&contract.trainable, &contract.frozen}) {
     for (const ContractEntry& entry : *entries) names.emplace(entry.id, &entry.names.front());
   }
@@ -56,8 +59,10 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
       state_out->set_step(Traits::Step(*state));
       for (const auto& [role, tensor] : Traits::Tensors(*state)) {
         if (!tensor.defined()) continue;
-        TRAINSNAP_RETURN_IF_ERROR(staging.Add(id, prefix + role, tensor, *names.at(id))
-                                      .WithContext("parameter `" + *names.at(id) + "` state " + role));
+        // The context is built on failure only (it was built for every
+        // state tensor: two heap strings each, on the training thread).
+        Status added = staging.Add(id, prefix + role, tensor, *names.at(id));
+        if (!added.ok()) return added.WithContext("parameter `" + *names.at(id) + "` state " + role);
         state_out->add_roles(role);
       }
     }

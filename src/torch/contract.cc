@@ -83,6 +83,10 @@ class TieGrouper {
     }
     return -1;
   }
+  void Reserve(size_t n) {
+    by_impl_.reserve(n);
+    by_data_.reserve(n);
+  }
   void Add(const torch::Tensor& tensor, long group) {
     by_impl_.emplace(tensor.unsafeGetTensorImpl(), group);
     if (HasBytes(tensor)) by_data_.emplace(tensor.data_ptr(), std::make_pair(tensor, group));
@@ -146,15 +150,30 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
     entries.push_back(std::move(entry));
     return Status::OK();
   };
+  // Tables sized once: growing them rehashed every entry again at each
+  // doubling (issue 18: linear scaling at 50k parameters).
+  std::vector<torch::OrderedDict<std::string, torch::Tensor>> named_params, named_buffers;
+  size_t param_count = 0, buffer_count = 0;
   for (const NamedModel& model : models) {
-    for (const auto& item : model.module->named_parameters(/*recurse=*/true)) {
+    named_params.push_back(model.module->named_parameters(/*recurse=*/true));
+    named_buffers.push_back(model.module->named_buffers(/*recurse=*/true));
+    param_count += named_params.back().size();
+    buffer_count += named_buffers.back().size();
+  }
+  params.reserve(param_count);
+  param_groups.Reserve(param_count);
+  buffers.reserve(buffer_count);
+  buffer_groups.Reserve(buffer_count);
+  for (size_t m = 0; m < models.size(); ++m) {
+    const NamedModel& model = models[m];
+    for (const auto& item : named_params[m]) {
       const torch::Tensor& tensor = item.value();
       if (!tensor.defined()) continue;
       std::string name = QualifiedName(model.key, item.key());
       if (tensor.is_sparse()) return Status::NotSupported("parameter `" + name + "` is sparse");
       TRAINSNAP_RETURN_IF_ERROR(add(params, param_groups, model.key, tensor, std::move(name)));
     }
-    for (const auto& item : model.module->named_buffers(/*recurse=*/true)) {
+    for (const auto& item : named_buffers[m]) {
       const torch::Tensor& tensor = item.value();
       if (!tensor.defined()) continue;
       TRAINSNAP_RETURN_IF_ERROR(add(buffers, buffer_groups, model.key, tensor, QualifiedName(model.key, item.key())));
@@ -162,7 +181,13 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
   }
 
   Contract contract;
+  contract.param_ids.reserve(param_count);
+  contract.trainable_index.reserve(params.size());
+  contract.trainable.reserve(params.size());
+  contract.buffer_index.reserve(buffers.size());
+  contract.buffers.reserve(buffers.size());
   std::unordered_map<uint64_t, std::string> names_by_id;
+  names_by_id.reserve(std::max(params.size(), buffers.size()));
   auto claim_id = [&](const ContractEntry& entry) -> Status {
     auto [it, inserted] = names_by_id.emplace(entry.id, entry.names.front());
     if (!inserted) {
