@@ -85,14 +85,14 @@ class LaterSnapshotsDiscarder final : public Stateful {
 Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::TrainingManifest& manifest,
                                     const std::vector<WantedTensor>& wanted, TensorSources* sources) {
   if (manifest.external_tensors().empty()) return DecodeTensors(store, step, wanted);
-  std::map<TensorKey, const std::string*> external;
+  std::map<DecodedKey, const std::string*> external;
   for (const proto::ExternalTensor& tensor : manifest.external_tensors()) {
-    external.emplace(TensorKey(tensor.id(), tensor.role()), &tensor.source());
+    external.emplace(DecodedKey(tensor.id(), tensor.role()), &tensor.source());
   }
   std::vector<WantedTensor> here;
   std::map<std::string, std::vector<WantedTensor>> elsewhere;  // by source
   for (const WantedTensor& want : wanted) {
-    auto it = external.find(TensorKey(want.param_id, want.role));
+    auto it = external.find(DecodedKey(want.param_id, want.role));
     if (it == external.end()) {
       here.push_back(want);
       continue;
