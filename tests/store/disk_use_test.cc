@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "store/store_test_util.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::testing {

@@ -7,7 +7,7 @@
 #include <rocksdb/env.h>
 
 #include "store/chunk_codec.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::internal {

@@ -18,7 +18,7 @@
 #include "store/pack_set.h"
 #include "store/rocks_store.h"
 #include "store/store_test_util.h"
-#include "store/temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 
 namespace trainsnap::testing {

@@ -22,7 +22,7 @@
 #include "store/keys.h"
 #include "store/thread_priority.h"
 #include "store_test_util.h"
-#include "temp_dir.h"
+#include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 #include "trainsnap/store.h"
 

@@ -14,7 +14,7 @@
 #include "store/records.h"
 #include "store.pb.h"
 #include "store_test_util.h"
-#include "temp_dir.h"
+#include "testing/temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap {
