@@ -14,6 +14,9 @@
 
 #include <rocksdb/db.h>
 
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
+
 namespace trainsnap::cli_test {
 
 namespace {
@@ -129,7 +132,7 @@ void CorruptChunk(const std::string& store_path, const ChunkHash& hash) {
   for (const std::string& name : names) descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  s = rocksdb::DB::Open(rocksdb::DBOptions(), store_path, descriptors, &handles, &raw);
+  s = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), store_path, descriptors, &handles, &raw);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::unique_ptr<rocksdb::DB> db(raw);
   rocksdb::ColumnFamilyHandle* chunks = nullptr;
@@ -141,14 +144,23 @@ void CorruptChunk(const std::string& store_path, const ChunkHash& hash) {
   std::string value;
   s = db->Get(rocksdb::ReadOptions(), chunks, key, &value);
   ASSERT_TRUE(s.ok()) << "chunk " << hash.Hex() << ": " << s.ToString();
-  ASSERT_FALSE(value.empty());
-  value.back() = static_cast<char>(value.back() ^ 0x5A);
-  rocksdb::WriteOptions write;
-  write.sync = true;
-  s = db->Put(write, chunks, key, value);
-  ASSERT_TRUE(s.ok()) << s.ToString();
   for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   ASSERT_TRUE(db->Close().ok());
+  db.reset();
+
+  Result<internal::PackEntry> entry = internal::ParsePackEntry(value);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  const std::string pack = store_path + "/packs/" + internal::PackFileName(entry->pack);
+  std::fstream file(pack, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(file.is_open()) << pack;
+  const auto last = static_cast<std::streamoff>(entry->end() - 1);
+  char byte = 0;
+  file.seekg(last);
+  ASSERT_TRUE(file.get(byte)) << pack << " is shorter than its index says";
+  file.seekp(last);
+  file.put(static_cast<char>(byte ^ 0x5A));
+  file.flush();
+  ASSERT_TRUE(file.good()) << "write " << pack;
 }
 
 std::unique_ptr<Store> CliTest::OpenStore() {

@@ -44,9 +44,9 @@ using testing::TempDir;
 using testing::TensorSpec;
 using testing::WriteSnapshot;
 
-// Flips the last byte of the stored value of chunk `hash` by opening the
-// store's RocksDB directly (the store must be closed). Fails the test if the
-// chunk is not found.
+// Flips the last byte of chunk `hash`'s encoded bytes in its pack file, found
+// through the chunk index read from the store's RocksDB directly (the store
+// must be closed). Fails the test if the chunk is not found.
 void CorruptChunk(const std::string& store_path, const ChunkHash& hash);
 
 class CliTest : public ::testing::Test {
