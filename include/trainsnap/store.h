@@ -92,7 +92,7 @@ struct StoreOptions {
   // delta bases). 0 = 1 GiB. Tensors beyond it are written without deltas.
   size_t delta_base_cache_bytes = 0;
   // Committed work that may live only in RocksDB's write-ahead log, in bytes
-  // of WAL: past it the store flushes to table and blob files. A damaged WAL
+  // of WAL: past it the store flushes to table files. A damaged WAL
   // loses at most this much; reopening replays at most this much. 0 = 16 MiB.
   uint64_t max_unflushed_bytes = 0;
   // The same bound in commits: after this many, a background flush starts.
@@ -190,7 +190,7 @@ struct VerifyProblem {
   int64_t chunk_index = -1; // -1 when the problem is not a single chunk
   ChunkHash hash;
   Status status;            // Corruption or NotFound, with details
-  // A problem of the whole store (a damaged table or blob file, a count that
+  // A problem of the whole store (a damaged table or pack file, a count that
   // disagrees, lost commits, leftover records) names no snapshot: `store` is
   // true and `step` is 0; `file` names the damaged file when there is one.
   bool store = false;
@@ -361,8 +361,8 @@ class Store {
   // A referenced chunk that is missing is a NotFound problem; a damaged one,
   // Corruption. NotFound status when `step` is given and not stored.
   // Without `step` it also checks the whole store: the block checksums of
-  // every table file (one problem per damaged file), that every blob file is
-  // there at its size, every column family (meta, snapshots, tensors,
+  // every table file (one problem per damaged file), that every pack file the
+  // chunk index names is there and long enough, every column family (meta, snapshots, tensors,
   // chunk_deps) against the stored snapshot count, leftover tensor records of
   // deleted steps, and lost commits.
   virtual Result<VerifyReport> Verify(std::optional<int64_t> step = std::nullopt,
