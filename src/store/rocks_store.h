@@ -21,6 +21,7 @@
 #include <rocksdb/write_batch.h>
 #include <rocksdb/utilities/optimistic_transaction_db.h>
 
+#include "store/chunk_codec.h"
 #include "store/chunk_registry.h"
 #include "store/chunk_sink.h"
 #include "store/commit_log.h"
@@ -255,9 +256,14 @@ class RocksStore final : public Store, private ChunkSink {
   // the latest stored step (see RetentionPolicy). Caller holds commit_mu_.
   Status CheckRetentionKeeps(int64_t step);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
-  // checks its hash; a delta chunk's base is read and decoded first
-  // (recursively), and must be one level shallower.
-  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst);
+  // checks its hash; a delta chunk's base is read, decoded and hash-checked
+  // first (recursively). The base's index entry may name another encoding of
+  // the same bytes than the one the delta was made against (two captures in
+  // flight that both wrote the chunk: the later commit's entry wins), so its
+  // depth is not checked against the delta's; a chain longer than
+  // `depth_budget` links (a cycle) is Corruption.
+  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst,
+                      int depth_budget = kMaxDeltaDepth);
   // One chunk of a ReadTensors call.
   struct ChunkRead {
     const ChunkRef* ref;

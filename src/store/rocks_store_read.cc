@@ -61,13 +61,14 @@ Status RocksStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
   return Status::OK();
 }
 
-Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst) {
+Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget) {
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
   std::vector<uint8_t> base;
   if (header->filter == ChunkFilter::kXorDelta) {
-    // The base is read and checked like any chunk; its chain is one shorter,
-    // so the recursion ends (at most kMaxDeltaDepth levels).
+    // The base is read and checked like any chunk (its bytes are what the
+    // hash names, whichever encoding the index holds); the budget ends the
+    // recursion.
     const std::string where = "delta chunk " + ref.hash.Hex() + " (depth " +
                               std::to_string(header->delta_depth) + "): base " + header->base.Hex();
     auto base_entry = LookupEntry(header->base, ChunkReadOptions());
@@ -78,16 +79,15 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
     if (!read.ok()) return read.WithContext(where);
     auto base_header = ParseChunkHeader(base_value);
     if (!base_header.ok()) return base_header.status().WithContext(where);
-    const uint8_t base_depth = base_header->filter == ChunkFilter::kXorDelta ? base_header->delta_depth : 0;
-    if (base_depth + 1 != header->delta_depth) {
-      return Status::Corruption(where + ": has chain depth " + std::to_string(base_depth) + ", expected " +
-                                std::to_string(header->delta_depth - 1));
+    if (depth_budget <= 0) {
+      return Status::Corruption(where + ": delta chain longer than " + std::to_string(kMaxDeltaDepth) +
+                                " links (a cycle)");
     }
     base.resize(ref.raw_bytes);
     ChunkRef base_ref;
     base_ref.hash = header->base;
     base_ref.raw_bytes = ref.raw_bytes;
-    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.data()).WithContext(where));
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.data(), depth_budget - 1).WithContext(where));
   }
   Status s = DecodeChunk(value, dst, ref.raw_bytes, base.empty() ? nullptr : base.data());
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
