@@ -97,4 +97,10 @@ std::string HumanDouble(double value, int precision) {
   return buf;
 }
 
+std::string StepList(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+
 }  // namespace trainsnap::cli

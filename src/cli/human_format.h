@@ -23,6 +23,8 @@ std::string IsoTime(int64_t unix_ms);
 std::string HumanDuration(double seconds);
 // "0x0123456789abcdef": a parameter ID when no name is known.
 std::string HexId(uint64_t id);
+// "3, 5, 8": steps as a comma-separated list.
+std::string StepList(const std::vector<int64_t>& steps);
 // "[4, 16]"; "[]" for a scalar.
 std::string ShapeString(const std::vector<int64_t>& shape);
 // A double with up to `precision` significant digits ("1.5e-07", "0").

@@ -37,12 +37,6 @@ Result<std::unique_ptr<Store>> OpenFor(const DeleteOptions& options) {
   return options.dry_run ? OpenForReading(options.store) : OpenForWriting(options.store);
 }
 
-std::string StepList(const std::vector<int64_t>& steps) {
-  std::string out;
-  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
-  return out;
-}
-
 std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
   std::vector<int64_t> steps;
   for (const auto& info : infos) steps.push_back(info.step);

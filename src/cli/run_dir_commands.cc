@@ -26,12 +26,6 @@ namespace trainsnap::cli {
 
 namespace {
 
-std::string StepList(const std::vector<int64_t>& steps) {
-  std::string out;
-  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
-  return out;
-}
-
 std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
   std::vector<int64_t> steps;
   for (const SnapshotInfo& info : infos) steps.push_back(info.step);

@@ -30,12 +30,6 @@ struct VerifyOptions {
   bool acknowledge_loss = false;  // accept lost commits first
 };
 
-std::string StepList(const std::vector<int64_t>& steps) {
-  std::string out;
-  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
-  return out;
-}
-
 Status RunVerify(const VerifyOptions& options) {
   if (IsRunDirectory(options.store)) {
     // A usage error (exit 2), before any store is opened.
