@@ -37,6 +37,39 @@ Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
   return Status::OK();
 }
 
+std::optional<InFlightChunk> ChunkRegistry::AcquireInFlight(const ChunkHash& hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_flight_.find(hash);
+  if (it == in_flight_.end()) return std::nullopt;
+  ++it->second.references;
+  return it->second.chunk;
+}
+
+InFlightChunk ChunkRegistry::RegisterInFlight(const InFlightChunk& chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_flight_.try_emplace(chunk.chunk.hash, InFlightEntry{chunk, 0}).first;
+  ++it->second.references;
+  return it->second.chunk;
+}
+
+void ChunkRegistry::ReleaseInFlight(const std::vector<ChunkHash>& hashes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ChunkHash& h : hashes) {
+    auto it = in_flight_.find(h);
+    if (it != in_flight_.end() && --it->second.references == 0) in_flight_.erase(it);
+  }
+}
+
+std::optional<uint32_t> ChunkRegistry::OldestInFlightPack() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<uint32_t> oldest;
+  for (const auto& [hash, entry] : in_flight_) {
+    const uint32_t pack = entry.chunk.chunk.entry.pack;
+    if (!oldest || pack < *oldest) oldest = pack;
+  }
+  return oldest;
+}
+
 void ChunkRegistry::ForgetSizes() {
   std::lock_guard<std::mutex> lock(mu_);
   known_sizes_.clear();

@@ -1,6 +1,9 @@
 // In-memory bookkeeping of the writable store about chunks: which hashes live
-// writers hold (GC must not delete them), and the stored size of chunks known
-// to be present (so that dedup does not read a chunk's value to learn it).
+// writers hold (GC must not delete them), the stored size of chunks known
+// to be present (so that dedup does not read a chunk's value to learn it),
+// and the chunks live writers appended to the packs but no commit indexed
+// yet (so that a second writer of the same bytes reuses the first one's
+// encoding instead of writing another).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "store/pack_entry.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -21,6 +25,12 @@ struct ChunkHashHasher {
     for (int i = 0; i < 8; ++i) v = (v << 8) | h.bytes[i];
     return v;
   }
+};
+
+// A chunk a live writer appended and no commit has indexed yet.
+struct InFlightChunk {
+  NewChunk chunk;     // its pack place and (a delta's) base
+  uint8_t depth = 0;  // its delta chain depth
 };
 
 // Thread-safe.
@@ -40,6 +50,23 @@ class ChunkRegistry {
   Status EraseUnpinned(std::vector<ChunkHash>* candidates,
                        const std::function<Status(const std::vector<ChunkHash>&)>& erase);
 
+  // In-flight chunks. Every writer that indexes an in-flight chunk indexes
+  // the same encoding (the first one appended), so a delta's base never
+  // changes its encoding under the delta, and the bytes are written once.
+  // Each call below that returns a chunk takes a reference for the caller,
+  // which ReleaseInFlight gives back; the chunk leaves the registry with its
+  // last reference. While referenced, its pack is not compacted
+  // (OldestInFlightPack), so every holder can still commit it.
+  //
+  // The in-flight chunk `hash`, if a live writer appended one.
+  std::optional<InFlightChunk> AcquireInFlight(const ChunkHash& hash);
+  // Registers `chunk`, just appended by the caller, unless another writer
+  // registered the same hash first: returns the registered one.
+  InFlightChunk RegisterInFlight(const InFlightChunk& chunk);
+  void ReleaseInFlight(const std::vector<ChunkHash>& hashes);
+  // The lowest pack number holding a referenced in-flight chunk.
+  std::optional<uint32_t> OldestInFlightPack() const;
+
   // Forgets every known size (pins stay): after the database was reopened,
   // presence must be asked of RocksDB again.
   void ForgetSizes();
@@ -50,6 +77,11 @@ class ChunkRegistry {
   mutable std::mutex mu_;
   std::unordered_map<ChunkHash, int, ChunkHashHasher> pins_;
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> known_sizes_;
+  struct InFlightEntry {
+    InFlightChunk chunk;
+    int references = 0;
+  };
+  std::unordered_map<ChunkHash, InFlightEntry, ChunkHashHasher> in_flight_;
 };
 
 }  // namespace trainsnap::internal

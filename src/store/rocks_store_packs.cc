@@ -111,7 +111,7 @@ Status RocksStore::CompactPacks(GcReport* report) {
   live_pack_bytes_ = 0;
   for (const auto& [pack, u] : usage) live_pack_bytes_ += u.live;
   // Packs writers may still append to or commit from stay: every one from
-  // the oldest floor of a live writer on. The active pack is ended here
+  // the oldest floor of a live writer (or in-flight chunk) on. The active pack is ended here
   // (later captures append to a new one), so that once its writers are gone
   // the next compaction may take it; unsynced bytes in it are a live
   // writer's, whose floor keeps it.
@@ -124,6 +124,9 @@ Status RocksStore::CompactPacks(GcReport* report) {
     std::lock_guard<std::mutex> lock(floors_mu_);
     if (!writer_floors_.empty()) floor = std::min(floor, *writer_floors_.begin());
   }
+  // A live writer may commit another's in-flight chunk from a pack below
+  // its own floor (the appender may be gone): that pack stays too.
+  if (std::optional<uint32_t> in_flight = registry_.OldestInFlightPack()) floor = std::min(floor, *in_flight);
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<PackSet::FileInfo> files, packs_->List());
   std::vector<PackSet::FileInfo> empty, tails, sparse;
   for (PackSet::FileInfo f : files) {

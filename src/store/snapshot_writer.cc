@@ -70,6 +70,7 @@ SnapshotWriterImpl::~SnapshotWriterImpl() {
   pinned.reserve(seen_.size());
   for (const auto& [hash, size] : seen_) pinned.push_back(hash);
   store_->registry().Unpin(pinned);
+  store_->registry().ReleaseInFlight(in_flight_held_);
   store_->ReleaseWriterFloor(pack_floor_);
 }
 
@@ -121,8 +122,20 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   // the chunk between our existence check and our commit.
   std::optional<uint64_t> stored =
       first_use ? store_->registry().PinAndLookup(ref->hash) : std::optional<uint64_t>();
-  bool is_new = false;
-  NewChunk written;
+  // The chunk's pack place when this commit must index it (new, or another
+  // live writer's in-flight chunk), and whether this writer appended it.
+  std::optional<NewChunk> to_index;
+  bool appended = false;
+  if (!stored) {
+    // Another live writer's chunk: the same encoding is indexed by whichever
+    // commit comes first (see ChunkRegistry), so this one indexes it too.
+    if (std::optional<InFlightChunk> flight = store_->registry().AcquireInFlight(ref->hash)) {
+      HoldInFlight(ref->hash);
+      stored = flight->chunk.entry.length;
+      *depth = flight->depth;
+      to_index = flight->chunk;
+    }
+  }
   if (!stored) {
     TRAINSNAP_ASSIGN_OR_RETURN(stored, store_->LookupChunk(ref->hash));
   }
@@ -165,22 +178,33 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     if (base_hash == nullptr) TRAINSNAP_RETURN_IF_ERROR(EncodeChunk(data, size, encode, &encoded));
     auto entry = store_->PutChunk(ref->hash, encoded);
     if (!entry.ok()) return entry.status();
-    written.hash = ref->hash;
-    written.entry = *entry;
-    if (base_hash != nullptr) written.base = *base_hash;
-    stored = encoded.size();
-    is_new = true;
+    InFlightChunk mine;
+    mine.chunk.hash = ref->hash;
+    mine.chunk.entry = *entry;
+    if (base_hash != nullptr) mine.chunk.base = *base_hash;
+    mine.depth = *depth;
+    // Another writer (or thread) may have appended the same bytes meanwhile:
+    // the first registered copy is the one indexed, this one stays
+    // unreferenced (compaction drops it).
+    const InFlightChunk registered = store_->registry().RegisterInFlight(mine);
+    HoldInFlight(ref->hash);
+    appended = registered.chunk.entry == mine.chunk.entry;
+    if (!appended) {
+      *depth = registered.depth;
+      *delta = false;  // not this writer's encoding against `bases`
+    }
+    to_index = registered.chunk;
+    stored = registered.chunk.entry.length;
   }
   ref->stored_bytes = *stored;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& known = seen_[ref->hash];
   if (known == 0) known = *stored;
-  // Two threads of this writer may race on the same chunk (both write it, or
-  // one finds the other's write): count it once.
-  if (is_new && new_hashes_.insert(ref->hash).second) {
-    // Its index entry goes into this snapshot's commit; a copy another
-    // thread wrote too is left unreferenced (compaction drops it).
-    new_chunk_entries_.push_back(std::move(written));
+  // Its index entry goes into this snapshot's commit (once, when two
+  // threads of this writer met the same chunk).
+  if (to_index && new_hashes_.insert(ref->hash).second) new_chunk_entries_.push_back(std::move(*to_index));
+  // Counted by the writer whose copy is indexed.
+  if (appended) {
     if (metadata) {
       metadata_new_bytes_ += *stored;
     } else {
@@ -189,6 +213,11 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     }
   }
   return Status::OK();
+}
+
+void SnapshotWriterImpl::HoldInFlight(const ChunkHash& hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_held_.push_back(hash);
 }
 
 Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) {

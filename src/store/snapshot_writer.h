@@ -25,8 +25,8 @@ namespace trainsnap::internal {
 class SnapshotWriterImpl final : public SnapshotWriter {
  public:
   SnapshotWriterImpl(ChunkSink* store, int64_t step, SnapshotOptions options);
-  // Unpins every chunk this writer referenced; an uncommitted snapshot leaves
-  // only unreferenced chunks behind.
+  // Unpins every chunk this writer referenced and releases its in-flight
+  // chunks; an uncommitted snapshot leaves only unreferenced chunks behind.
   ~SnapshotWriterImpl() override;
 
   int64_t step() const override { return step_; }
@@ -60,6 +60,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Reserves (param_id, role), pins every chunk of `record` and checks it
   // is stored, then adds the record; `fail` adds the caller's context.
   Status AddRecord(TensorRecord record, const std::function<Status(Status)>& fail);
+  // Notes a reference this writer took on an in-flight chunk (released by
+  // the destructor).
+  void HoldInFlight(const ChunkHash& hash);
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 
@@ -73,8 +76,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::mutex mu_;  // guards everything below
   std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
-  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // written by this writer
-  std::vector<NewChunk> new_chunk_entries_;  // their pack places, indexed by the commit
+  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // indexed by this writer's commit
+  std::vector<NewChunk> new_chunk_entries_;  // their pack places
+  std::vector<ChunkHash> in_flight_held_;  // references on in-flight chunks (ChunkRegistry)
   std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_;  // published on commit
   std::string manifest_;
   uint64_t new_chunks_ = 0;

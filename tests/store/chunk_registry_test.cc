@@ -48,5 +48,50 @@ TEST(ChunkRegistryTest, FailedEraseKeepsSizes) {
   EXPECT_EQ(r.PinAndLookup(H(5)), std::optional<uint64_t>(7));
 }
 
+InFlightChunk Flight(uint8_t hash, uint32_t pack, uint64_t offset, uint8_t depth) {
+  InFlightChunk c;
+  c.chunk.hash = H(hash);
+  c.chunk.entry.pack = pack;
+  c.chunk.entry.offset = offset;
+  c.chunk.entry.length = 100;
+  c.chunk.entry.raw_bytes = 400;
+  c.depth = depth;
+  return c;
+}
+
+// The first registered copy of a hash is the one every writer gets; it
+// leaves the registry with its last reference, and its pack is the oldest
+// in flight while it is there.
+TEST(ChunkRegistryTest, InFlightChunksKeepTheFirstCopyUntilTheLastReference) {
+  ChunkRegistry r;
+  EXPECT_FALSE(r.AcquireInFlight(H(1)).has_value());
+  EXPECT_FALSE(r.OldestInFlightPack().has_value());
+
+  const InFlightChunk first = Flight(1, 7, 40, 1);
+  InFlightChunk got = r.RegisterInFlight(first);
+  EXPECT_EQ(got.chunk.entry, first.chunk.entry);
+  EXPECT_EQ(got.depth, 1);
+  // A second writer's copy of the same bytes (another place, another depth).
+  got = r.RegisterInFlight(Flight(1, 9, 8, 0));
+  EXPECT_EQ(got.chunk.entry, first.chunk.entry);
+  EXPECT_EQ(got.depth, 1);
+  auto acquired = r.AcquireInFlight(H(1));
+  ASSERT_TRUE(acquired.has_value());
+  EXPECT_EQ(acquired->chunk.entry, first.chunk.entry);
+
+  r.RegisterInFlight(Flight(2, 3, 8, 0));
+  EXPECT_EQ(r.OldestInFlightPack(), std::optional<uint32_t>(3));
+  r.ReleaseInFlight({H(2)});
+  EXPECT_EQ(r.OldestInFlightPack(), std::optional<uint32_t>(7));
+
+  r.ReleaseInFlight({H(1), H(1)});  // two of the three references
+  ASSERT_TRUE(r.AcquireInFlight(H(1)).has_value());  // the third holds it (and now a fourth)
+  r.ReleaseInFlight({H(1), H(1)});
+  EXPECT_FALSE(r.AcquireInFlight(H(1)).has_value());
+  EXPECT_FALSE(r.OldestInFlightPack().has_value());
+  // Gone: the next copy registered is the first again.
+  EXPECT_EQ(r.RegisterInFlight(Flight(1, 9, 8, 0)).chunk.entry.pack, 9u);
+}
+
 }  // namespace
 }  // namespace trainsnap::internal

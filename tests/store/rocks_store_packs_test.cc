@@ -11,9 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "raw_db.h"
+#include "store/chunk_codec.h"
 #include "store/kill_point.h"
 #include "store/pack_set.h"
 #include "store/rocks_store.h"
@@ -313,6 +316,142 @@ TEST(PackCompactionKillTest, KilledAtEveryStepLosesNothingLive) {
               static_cast<unsigned long long>(gc->pack_bytes_rewritten),
               static_cast<unsigned long long>(gc->pack_bytes_freed),
               static_cast<double>(gc->pack_bytes_rewritten) / static_cast<double>(gc->pack_bytes_freed));
+}
+
+// --- in-flight chunks (ChunkRegistry) -----------------------------------------
+
+// `w` after `steps` small multiplicative updates: close enough to `w` for a
+// delta to pay.
+std::vector<float> Evolve(std::vector<float> w, int steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int s = 0; s < steps; ++s) {
+    for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
+  }
+  return w;
+}
+
+// The header of the encoding the index holds for chunk `hash`.
+internal::ChunkHeader IndexedHeader(const std::string& path, const ChunkHash& hash) {
+  RawDb raw(path);
+  EXPECT_TRUE(raw.ok()) << raw.error();
+  std::string value;
+  EXPECT_TRUE(raw.GetChunk(hash, &value).ok());
+  auto header = internal::ParseChunkHeader(value);
+  EXPECT_TRUE(header.ok()) << header.status().ToString();
+  return header.ok() ? *header : internal::ChunkHeader();
+}
+
+// Two captures in flight write the same bytes with different delta bases
+// (a commit between them moved the tensor's bases; e.g. LoRA B unchanged
+// over micro-steps with the async pipeline). The second reuses the first's
+// encoding: the bytes are written once, whichever commit comes first indexes
+// the encoding the other expects, and a later delta against that chunk
+// records the chain depth it really has. (Before in-flight chunks, each
+// wrote its own copy, the later commit's index entry replaced the earlier
+// one, and deltas written in between named a wrong base depth.)
+TEST(InFlightChunkTest, TwoWritersOfTheSameBytesShareOneEncoding) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  StoreOptions o;
+  o.chunk_bytes = 16384;  // one chunk per tensor
+  o.sync = false;
+  o.threads = 2;
+  o.reserve_bytes = 0;
+  o.keyframe_interval = 4;
+  o.delta_reference = DeltaReference::kParent;
+  const std::vector<float> v0 = RandomFloats(4096, 1);
+  const std::vector<float> v1 = Evolve(v0, 1, 11), v2 = Evolve(v1, 1, 12), v3 = Evolve(v2, 1, 13);
+  SnapshotInfo info3, info4, info5;
+  {
+    auto store = Store::Open(path, o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &v0}}).ok());  // keyframe v0
+    auto w3 = (*store)->BeginSnapshot(3);
+    ASSERT_TRUE(w3.ok());
+    ASSERT_TRUE((*w3)->AddTensor(View(1, "param", v2)).ok());  // v2 against v0: depth 1
+    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &v1}}).ok());    // the bases are now v1 (depth 1)
+    auto w4 = (*store)->BeginSnapshot(4);
+    ASSERT_TRUE(w4.ok());
+    ASSERT_TRUE((*w4)->AddTensor(View(1, "param", v2)).ok());  // alone: v2 against v1, depth 2
+    (*w4)->SetManifest("m");
+    auto c4 = (*w4)->Commit();
+    ASSERT_TRUE(c4.ok()) << c4.status().ToString();
+    info4 = *c4;
+    auto c5 = WriteSnapshot(**store, 5, {{1, &v3}});  // v3 against v2
+    ASSERT_TRUE(c5.ok()) << c5.status().ToString();
+    info5 = *c5;
+    (*w3)->SetManifest("m");
+    auto c3 = (*w3)->Commit();
+    ASSERT_TRUE(c3.ok()) << c3.status().ToString();
+    info3 = *c3;
+
+    EXPECT_EQ(info3.new_chunks, 1u);  // wrote v2
+    EXPECT_EQ(info4.new_chunks, 0u);  // reused step 3's v2
+    EXPECT_EQ(info4.new_bytes, 0u);
+    EXPECT_EQ(info5.new_chunks, 1u);
+    auto stats = (*store)->Stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->chunks, 4u);
+    EXPECT_EQ(stats->pack_garbage_bytes, 0u);  // no second copy of v2
+    const std::vector<std::vector<float>> expected = {v0, v1, v2, v2, v3};
+    for (int s = 1; s <= 5; ++s) EXPECT_EQ(ReadFloats(**store, s, 1), expected[s - 1]) << "step " << s;
+    auto verify = (*store)->Verify();
+    ASSERT_TRUE(verify.ok());
+    EXPECT_TRUE(verify->ok());
+  }
+  auto hash_of = [&](int64_t step) {
+    auto store = Store::OpenReadOnly(path);
+    EXPECT_TRUE(store.ok());
+    auto record = (*store)->Tensor(step, 1, "param");
+    EXPECT_TRUE(record.ok());
+    return record.ok() ? record->chunks[0].hash : ChunkHash();
+  };
+  const ChunkHash h0 = hash_of(1), h2 = hash_of(3), h3 = hash_of(5);
+  EXPECT_EQ(hash_of(4), h2);
+  const internal::ChunkHeader v2_header = IndexedHeader(path, h2);
+  ASSERT_EQ(v2_header.filter, internal::ChunkFilter::kXorDelta);
+  EXPECT_EQ(v2_header.delta_depth, 1);  // step 3's encoding, against v0
+  EXPECT_EQ(v2_header.base, h0);
+  const internal::ChunkHeader v3_header = IndexedHeader(path, h3);
+  ASSERT_EQ(v3_header.filter, internal::ChunkFilter::kXorDelta);
+  EXPECT_EQ(v3_header.base, h2);
+  EXPECT_EQ(v3_header.delta_depth, 2);  // one more than its base's real depth
+}
+
+// A writer that reuses another's in-flight chunk can commit it after that
+// writer is gone, even when compaction ran in between: the chunk's pack,
+// below the second writer's own floor, stays while a writer holds the chunk.
+TEST(InFlightChunkTest, AnAbandonedWritersChunkStaysCommittableThroughCompaction) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const std::vector<float> a = RandomFloats(3000, 1), b = RandomFloats(5000, 2);
+  auto store = Store::Open(path, RawChunks());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+  auto w2 = (*store)->BeginSnapshot(2);
+  ASSERT_TRUE(w2.ok());
+  ASSERT_TRUE((*w2)->AddTensor(View(2, "param", b)).ok());  // b's chunks appended to pack 1
+  ASSERT_TRUE((*store)->CollectGarbage().ok());           // the next captures append to pack 2
+  auto w3 = (*store)->BeginSnapshot(3);
+  ASSERT_TRUE(w3.ok());
+  ASSERT_TRUE((*w3)->AddTensor(View(2, "param", b)).ok());  // reuses step 2's chunks in pack 1
+  w2->reset();                                              // step 2 abandoned
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->pack_bytes_freed, 0u);  // pack 1's uncommitted tail is step 3's now
+  EXPECT_EQ(fs::file_size(Pack(path, 1)), RawPackBytes(3000) + RawPackBytes(5000) - 8);
+  (*w3)->SetManifest("m");
+  auto committed = (*w3)->Commit();
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(committed->new_chunks, 0u);  // step 2's writer appended them
+  EXPECT_EQ(ReadFloats(**store, 3, 2), b);
+  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  EXPECT_EQ(ReadFloats(**store, 1, 1), a);
+  EXPECT_EQ(ReadFloats(**store, 3, 2), b);
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
 }
 
 }  // namespace
