@@ -1,5 +1,6 @@
 #include "store/pack_set.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -96,8 +97,10 @@ Status PackSet::OpenNewPack() {
   const uint32_t pack = next_pack_++;
   Writer w;
   rocksdb::FileOptions options;
+  std::unique_ptr<rocksdb::FSWritableFile> file;
   TRAINSNAP_RETURN_IF_ERROR(
-      FromRocks(fs_->NewWritableFile(PathOf(pack), options, &w.file, nullptr), "create " + PackFileName(pack)));
+      FromRocks(fs_->NewWritableFile(PathOf(pack), options, &file, nullptr), "create " + PackFileName(pack)));
+  w.file = std::move(file);
   rocksdb::IOStatus s = w.file->Append(rocksdb::Slice(kPackMagic, kPackHeaderBytes), rocksdb::IOOptions(), nullptr);
   if (!s.ok()) {
     w.file->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
@@ -114,7 +117,9 @@ Status PackSet::OpenNewPack() {
 void PackSet::RetireLocked(uint32_t pack) {
   auto w = writers_.find(pack);
   if (w != writers_.end()) {
-    w->second.file->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+    // A Sync fsyncing it (without mu_) holds another reference: the last
+    // one closes the file when it goes.
+    if (w->second.file.use_count() == 1) w->second.file->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
     writers_.erase(w);
   }
   if (active_ == pack) active_.reset();
@@ -148,48 +153,73 @@ Result<PackEntry> PackSet::Append(std::string_view encoded, uint64_t raw_bytes, 
 }
 
 Status PackSet::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return SyncLocked();
-}
-
-Status PackSet::SyncLocked() {
-  bool new_entries = false;
-  std::vector<uint32_t> done;
-  Status result;
-  for (auto& [pack, w] : writers_) {
-    if (!w.dir_synced) new_entries = true;
-    if (w.synced == w.size) {
-      if (active_ != pack) done.push_back(pack);
-      continue;
+  // One Sync at a time. The fsyncs run without mu_, so captures keep
+  // appending (to the same active pack too) while another capture's commit
+  // waits for the disk; a Sync covers the bytes appended before it began.
+  std::lock_guard<std::mutex> sync_lock(sync_mu_);
+  struct Pending {
+    uint32_t pack;
+    std::shared_ptr<rocksdb::FSWritableFile> file;
+    uint64_t size;  // appended when the Sync began
+  };
+  std::vector<Pending> pending;
+  std::vector<uint32_t> new_packs;  // whose directory entry is not yet durable
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [pack, w] : writers_) {
+      if (!w.dir_synced) new_packs.push_back(pack);
+      if (w.synced != w.size) pending.push_back({pack, w.file, w.size});
     }
-    rocksdb::IOStatus s = fsync_ ? w.file->Sync(rocksdb::IOOptions(), nullptr) : rocksdb::IOStatus::OK();
+  }
+  Status result;
+  std::vector<uint32_t> failed;
+  for (const Pending& p : pending) {
+    rocksdb::IOStatus s = fsync_ ? p.file->Sync(rocksdb::IOOptions(), nullptr) : rocksdb::IOStatus::OK();
     if (!s.ok()) {
       // After a failed fsync the page cache may have dropped the dirty
       // pages: only what an earlier sync covered is durable.
-      result = FromRocks(s, "sync " + PackFileName(pack));
-      done.push_back(pack);
-      continue;
+      result = FromRocks(s, "sync " + PackFileName(p.pack));
+      failed.push_back(p.pack);
     }
-    w.synced = w.size;
-    durable_[pack] = w.synced;
-    if (active_ != pack) done.push_back(pack);
   }
-  if (result.ok() && new_entries && dir_handle_ && fsync_) {
+  bool dir_failed = false;
+  if (result.ok() && !new_packs.empty() && dir_handle_ && fsync_) {
     rocksdb::IOStatus s = dir_handle_->FsyncWithDirOptions(rocksdb::IOOptions(), nullptr, rocksdb::DirFsyncOptions());
     if (!s.ok()) {
       result = FromRocks(s, "sync " + dir_);
-      // Without a durable directory entry none of the new packs is durable.
-      for (auto& [pack, w] : writers_) {
-        if (!w.dir_synced) {
-          durable_[pack] = 0;
-          done.push_back(pack);
-        }
-      }
-    } else {
-      for (auto& [pack, w] : writers_) w.dir_synced = true;
+      dir_failed = true;
     }
-  } else if (result.ok()) {
-    for (auto& [pack, w] : writers_) w.dir_synced = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> done = failed;
+  if (result.ok()) {
+    for (const Pending& p : pending) {
+      durable_[p.pack] = std::max(durable_[p.pack], p.size);
+      auto w = writers_.find(p.pack);
+      if (w != writers_.end()) w->second.synced = std::max(w->second.synced, p.size);
+    }
+    for (uint32_t pack : new_packs) {
+      auto w = writers_.find(pack);
+      if (w != writers_.end()) w->second.dir_synced = true;
+    }
+  } else if (dir_failed) {
+    // Without a durable directory entry none of the new packs is durable.
+    for (uint32_t pack : new_packs) {
+      durable_[pack] = 0;
+      done.push_back(pack);
+    }
+  } else {
+    // A failed fsync of one pack: the others' bytes are durable all the same.
+    for (const Pending& p : pending) {
+      if (std::find(failed.begin(), failed.end(), p.pack) != failed.end()) continue;
+      durable_[p.pack] = std::max(durable_[p.pack], p.size);
+      auto w = writers_.find(p.pack);
+      if (w != writers_.end()) w->second.synced = std::max(w->second.synced, p.size);
+    }
+  }
+  // Packs no capture appends to any more and wholly durable are closed.
+  for (const auto& [pack, w] : writers_) {
+    if (active_ != pack && w.synced == w.size && w.dir_synced) done.push_back(pack);
   }
   for (uint32_t pack : done) RetireLocked(pack);
   return result;

@@ -65,8 +65,9 @@ class PackSet {
   // Appends `encoded` (a whole encoded chunk) to the active pack. IOError or
   // NoSpace: nothing usable was appended, and the pack is retired.
   Result<PackEntry> Append(std::string_view encoded, uint64_t raw_bytes, bool raw);
-  // Makes every byte appended so far durable. On failure the packs with
-  // unsynced bytes are retired (their synced prefix stays durable).
+  // Makes every byte appended before the call durable; appends made
+  // meanwhile (by other threads) wait for the next Sync. On failure the packs
+  // whose fsync failed are retired (their synced prefix stays durable).
   Status Sync();
   // Whether `entry` lies within what is durable: true for packs this set did
   // not write (an earlier process committed them) and for synced bytes.
@@ -100,7 +101,8 @@ class PackSet {
 
  private:
   struct Writer {
-    std::unique_ptr<rocksdb::FSWritableFile> file;
+    // Shared with a Sync in progress, which fsyncs it without mu_.
+    std::shared_ptr<rocksdb::FSWritableFile> file;
     uint64_t size = 0;    // bytes appended
     uint64_t synced = 0;  // bytes durable
     bool dir_synced = false;
@@ -110,7 +112,6 @@ class PackSet {
   Result<std::shared_ptr<rocksdb::FSRandomAccessFile>> Reader(uint32_t pack);
   // Caller holds mu_.
   Status OpenNewPack();
-  Status SyncLocked();
   void RetireLocked(uint32_t pack);
 
   rocksdb::FileSystem* const fs_;
@@ -119,6 +120,7 @@ class PackSet {
   const uint64_t target_bytes_;
   const bool fsync_;
 
+  std::mutex sync_mu_;  // one Sync at a time (taken before mu_)
   std::mutex mu_;  // guards the writing state below
   uint32_t next_pack_ = 1;
   std::optional<uint32_t> active_;

@@ -1,10 +1,14 @@
 #include "store/pack_set.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 
 #include "store/chunk_codec.h"
 #include "testing/temp_dir.h"
@@ -179,6 +183,76 @@ TEST(PackSetTest, PowerLossKeepsExactlyTheSyncedBytes) {
   std::string out;
   ASSERT_TRUE((*reader)->ReadEncoded(synced, &out).ok());
   EXPECT_EQ((*reader)->ReadEncoded(unsynced, &out).code(), StatusCode::kCorruption);
+}
+
+// A file system whose file Syncs wait until `release` is set; `entered`
+// says that the first one began.
+class HeldSyncFS : public rocksdb::FileSystemWrapper {
+ public:
+  explicit HeldSyncFS(std::shared_future<void> release)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), release_(std::move(release)) {}
+  const char* Name() const override { return "HeldSyncFS"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r, rocksdb::IODebugContext* d) override {
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, &file, d);
+    if (s.ok()) r->reset(new File(std::move(file), this));
+    return s;
+  }
+  std::future<void> entered() { return entered_.get_future(); }
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, HeldSyncFS* fs) : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      if (!fs_->entered_once_.exchange(true)) fs_->entered_.set_value();
+      fs_->release_.wait();
+      return target()->Sync(o, d);
+    }
+
+   private:
+    HeldSyncFS* fs_;
+  };
+  std::shared_future<void> release_;
+  std::promise<void> entered_;
+  std::atomic<bool> entered_once_{false};
+};
+
+// A capture's commit syncing the packs does not hold up another capture's
+// appends: they go on during the fsync (to the same pack) and become
+// durable with the next Sync.
+TEST(PackSetTest, AppendsGoOnWhileASyncWaitsForTheDisk) {
+  TempDir dir;
+  std::promise<void> release;
+  HeldSyncFS held(release.get_future().share());
+  auto set = PackSet::Open(&held, dir.path(), /*writable=*/true, 1 << 20);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const std::string a = Raw(100, 'a'), b = Raw(50, 'b');
+  auto ea = (*set)->Append(a, 100, true);
+  ASSERT_TRUE(ea.ok());
+  std::future<void> entered = held.entered();
+  std::future<Status> sync = std::async(std::launch::async, [&] { return (*set)->Sync(); });
+  entered.wait();  // the fsync of pack 1 has begun and waits
+  auto append = std::async(std::launch::async, [&] { return (*set)->Append(b, 50, true); });
+  if (append.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    release.set_value();
+    FAIL() << "the append waited for the Sync's fsync";
+  }
+  Result<PackEntry> eb = append.get();
+  ASSERT_TRUE(eb.ok()) << eb.status().ToString();
+  EXPECT_EQ(eb->pack, 1u);
+  EXPECT_EQ(eb->offset, kPackHeaderBytes + a.size());
+  EXPECT_EQ(sync.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  release.set_value();
+  ASSERT_TRUE(sync.get().ok());
+  EXPECT_TRUE((*set)->IsDurable(*ea));
+  EXPECT_FALSE((*set)->IsDurable(*eb));  // appended after that Sync began
+  ASSERT_TRUE((*set)->Sync().ok());
+  EXPECT_TRUE((*set)->IsDurable(*eb));
+  std::string back;
+  ASSERT_TRUE((*set)->ReadEncoded(*eb, &back).ok());
+  EXPECT_EQ(back, b);
 }
 
 TEST(PackSetTest, TruncateAndRemove) {
