@@ -35,6 +35,9 @@ class SCOPED_CAPABILITY MutexLock {
   MutexLock& operator=(const MutexLock&) = delete;
 
   void Wait(std::condition_variable& cv) { cv.wait(lock_); }
+  // Releases the mutex until Lock (the destructor releases only a held one).
+  void Unlock() RELEASE() { lock_.unlock(); }
+  void Lock() ACQUIRE() { lock_.lock(); }
 
  private:
   std::unique_lock<std::mutex> lock_;

@@ -1,11 +1,10 @@
 #include "store/chunk_registry.h"
 
-#include <algorithm>
 
 namespace trainsnap::internal {
 
 std::optional<uint64_t> ChunkRegistry::PinAndLookup(const ChunkHash& hash) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++pins_[hash];
   auto it = known_sizes_.find(hash);
   if (it == known_sizes_.end()) return std::nullopt;
@@ -13,7 +12,7 @@ std::optional<uint64_t> ChunkRegistry::PinAndLookup(const ChunkHash& hash) {
 }
 
 void ChunkRegistry::Unpin(const std::vector<ChunkHash>& hashes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const ChunkHash& h : hashes) {
     auto it = pins_.find(h);
     if (it != pins_.end() && --it->second == 0) pins_.erase(it);
@@ -21,16 +20,18 @@ void ChunkRegistry::Unpin(const std::vector<ChunkHash>& hashes) {
 }
 
 void ChunkRegistry::NoteStored(const ChunkHash& hash, uint64_t stored_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   known_sizes_[hash] = stored_bytes;
 }
 
 Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
                                     const std::function<Status(const std::vector<ChunkHash>&)>& erase) {
-  std::lock_guard<std::mutex> lock(mu_);
-  candidates->erase(std::remove_if(candidates->begin(), candidates->end(),
-                                   [&](const ChunkHash& h) { return pins_.count(h) != 0; }),
-                    candidates->end());
+  MutexLock lock(&mu_);
+  size_t kept = 0;
+  for (const ChunkHash& h : *candidates) {
+    if (pins_.count(h) == 0) (*candidates)[kept++] = h;
+  }
+  candidates->resize(kept);
   if (candidates->empty()) return Status::OK();
   TRAINSNAP_RETURN_IF_ERROR(erase(*candidates));
   for (const ChunkHash& h : *candidates) known_sizes_.erase(h);
@@ -38,7 +39,7 @@ Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
 }
 
 std::optional<InFlightChunk> ChunkRegistry::AcquireInFlight(const ChunkHash& hash) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = in_flight_.find(hash);
   if (it == in_flight_.end()) return std::nullopt;
   ++it->second.references;
@@ -46,14 +47,14 @@ std::optional<InFlightChunk> ChunkRegistry::AcquireInFlight(const ChunkHash& has
 }
 
 InFlightChunk ChunkRegistry::RegisterInFlight(const InFlightChunk& chunk) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = in_flight_.try_emplace(chunk.chunk.hash, InFlightEntry{chunk, 0}).first;
   ++it->second.references;
   return it->second.chunk;
 }
 
 void ChunkRegistry::ReleaseInFlight(const std::vector<ChunkHash>& hashes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const ChunkHash& h : hashes) {
     auto it = in_flight_.find(h);
     if (it != in_flight_.end() && --it->second.references == 0) in_flight_.erase(it);
@@ -61,7 +62,7 @@ void ChunkRegistry::ReleaseInFlight(const std::vector<ChunkHash>& hashes) {
 }
 
 std::optional<uint32_t> ChunkRegistry::OldestInFlightPack() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::optional<uint32_t> oldest;
   for (const auto& [hash, entry] : in_flight_) {
     const uint32_t pack = entry.chunk.chunk.entry.pack;
@@ -71,12 +72,12 @@ std::optional<uint32_t> ChunkRegistry::OldestInFlightPack() const {
 }
 
 void ChunkRegistry::ForgetSizes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   known_sizes_.clear();
 }
 
 size_t ChunkRegistry::pinned() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pins_.size();
 }
 

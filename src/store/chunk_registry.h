@@ -8,11 +8,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "store/pack_entry.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -74,14 +74,14 @@ class ChunkRegistry {
   size_t pinned() const;
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<ChunkHash, int, ChunkHashHasher> pins_;
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> known_sizes_;
+  mutable Mutex mu_;
+  std::unordered_map<ChunkHash, int, ChunkHashHasher> pins_ GUARDED_BY(mu_);
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> known_sizes_ GUARDED_BY(mu_);
   struct InFlightEntry {
     InFlightChunk chunk;
     int references = 0;
   };
-  std::unordered_map<ChunkHash, InFlightEntry, ChunkHashHasher> in_flight_;
+  std::unordered_map<ChunkHash, InFlightEntry, ChunkHashHasher> in_flight_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainsnap::internal

@@ -3,28 +3,28 @@
 namespace trainsnap::internal {
 
 void DeltaBaseCache::SetBudget(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   budget_ = bytes;
 }
 
 size_t DeltaBaseCache::budget() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return budget_;
 }
 
 size_t DeltaBaseCache::held_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return held_;
 }
 
 std::shared_ptr<const DeltaBase> DeltaBaseCache::Find(const DeltaBaseKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(key);
   return it == entries_.end() ? nullptr : it->second;
 }
 
 void DeltaBaseCache::Publish(std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, base] : entries) {
     auto it = entries_.find(key);
     if (it != entries_.end()) {

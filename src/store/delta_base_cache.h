@@ -9,10 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 #include "trainsnap/store.h"
 
@@ -54,10 +55,10 @@ class DeltaBaseCache {
   size_t held_bytes() const;
 
  private:
-  mutable std::mutex mu_;
-  size_t budget_ = 0;
-  size_t held_ = 0;
-  std::map<DeltaBaseKey, std::shared_ptr<const DeltaBase>> entries_;
+  mutable Mutex mu_;
+  size_t budget_ GUARDED_BY(mu_) = 0;
+  size_t held_ GUARDED_BY(mu_) = 0;
+  std::map<DeltaBaseKey, std::shared_ptr<const DeltaBase>> entries_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainsnap::internal

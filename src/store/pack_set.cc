@@ -89,7 +89,7 @@ Result<std::vector<PackSet::FileInfo>> PackSet::List() {
 }
 
 void PackSet::ReserveNumbers(uint32_t pack) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (pack >= next_pack_) next_pack_ = pack + 1;
 }
 
@@ -128,7 +128,7 @@ void PackSet::RetireLocked(uint32_t pack) {
 Result<PackEntry> PackSet::Append(std::string_view encoded, uint64_t raw_bytes, bool raw) {
   if (!writable_) return Status::NotSupported("append to " + dir_ + ": read-only");
   if (encoded.size() > UINT32_MAX) return Status::InvalidArgument("chunk of " + std::to_string(encoded.size()) + " bytes");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (active_ && writers_.at(*active_).size >= target_bytes_) {
     // Full: it stays open (unsynced bytes) until the next Sync.
     active_.reset();
@@ -156,7 +156,7 @@ Status PackSet::Sync() {
   // One Sync at a time. The fsyncs run without mu_, so captures keep
   // appending (to the same active pack too) while another capture's commit
   // waits for the disk; a Sync covers the bytes appended before it began.
-  std::lock_guard<std::mutex> sync_lock(sync_mu_);
+  MutexLock sync_lock(&sync_mu_);
   struct Pending {
     uint32_t pack;
     std::shared_ptr<rocksdb::FSWritableFile> file;
@@ -165,7 +165,7 @@ Status PackSet::Sync() {
   std::vector<Pending> pending;
   std::vector<uint32_t> new_packs;  // whose directory entry is not yet durable
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [pack, w] : writers_) {
       if (!w.dir_synced) new_packs.push_back(pack);
       if (w.synced != w.size) pending.push_back({pack, w.file, w.size});
@@ -190,7 +190,7 @@ Status PackSet::Sync() {
       dir_failed = true;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<uint32_t> done = failed;
   if (result.ok()) {
     for (const Pending& p : pending) {
@@ -226,7 +226,7 @@ Status PackSet::Sync() {
 }
 
 bool PackSet::IsDurable(const PackEntry& entry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto d = durable_.find(entry.pack);
   if (d == durable_.end()) return true;
   auto w = writers_.find(entry.pack);
@@ -235,38 +235,38 @@ bool PackSet::IsDurable(const PackEntry& entry) {
 }
 
 std::optional<uint32_t> PackSet::active_pack() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return active_;
 }
 
 uint32_t PackSet::NextAppendPack() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return active_ ? *active_ : next_pack_;
 }
 
 std::optional<uint32_t> PackSet::OldestOpenPack() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (writers_.empty()) return std::nullopt;
   return writers_.begin()->first;
 }
 
 bool PackSet::IsOpen(uint32_t pack) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return writers_.count(pack) > 0;
 }
 
 void PackSet::Rotate() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   active_.reset();
 }
 
 Status PackSet::Truncate(uint32_t pack, uint64_t size) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (writers_.count(pack)) return Status::InvalidArgument("truncate " + PackFileName(pack) + ": being written");
   }
   {
-    std::lock_guard<std::mutex> lock(readers_mu_);
+    MutexLock lock(&readers_mu_);
     readers_.erase(pack);
   }
   // Through a writable handle: rocksdb::FileSystem has no truncate by name.
@@ -283,11 +283,11 @@ Status PackSet::Truncate(uint32_t pack, uint64_t size) {
 
 Status PackSet::Remove(uint32_t pack) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RetireLocked(pack);
   }
   {
-    std::lock_guard<std::mutex> lock(readers_mu_);
+    MutexLock lock(&readers_mu_);
     readers_.erase(pack);
   }
   rocksdb::IOStatus s = fs_->DeleteFile(PathOf(pack), rocksdb::IOOptions(), nullptr);
@@ -296,7 +296,7 @@ Status PackSet::Remove(uint32_t pack) {
 }
 
 Result<std::shared_ptr<rocksdb::FSRandomAccessFile>> PackSet::Reader(uint32_t pack) {
-  std::lock_guard<std::mutex> lock(readers_mu_);
+  MutexLock lock(&readers_mu_);
   auto found = readers_.find(pack);
   if (found != readers_.end()) return found->second;
   std::unique_ptr<rocksdb::FSRandomAccessFile> file;

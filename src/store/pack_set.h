@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include <rocksdb/file_system.h>
 
+#include "common/mutex.h"
 #include "store/pack_entry.h"
 #include "trainsnap/status.h"
 
@@ -110,9 +110,8 @@ class PackSet {
   PackSet(rocksdb::FileSystem* fs, std::string dir, bool writable, uint64_t target_bytes, bool fsync);
   std::string PathOf(uint32_t pack) const { return dir_ + "/" + PackFileName(pack); }
   Result<std::shared_ptr<rocksdb::FSRandomAccessFile>> Reader(uint32_t pack);
-  // Caller holds mu_.
-  Status OpenNewPack();
-  void RetireLocked(uint32_t pack);
+  Status OpenNewPack() REQUIRES(mu_);
+  void RetireLocked(uint32_t pack) REQUIRES(mu_);
 
   rocksdb::FileSystem* const fs_;
   const std::string dir_;
@@ -120,19 +119,19 @@ class PackSet {
   const uint64_t target_bytes_;
   const bool fsync_;
 
-  std::mutex sync_mu_;  // one Sync at a time (taken before mu_)
-  std::mutex mu_;  // guards the writing state below
-  uint32_t next_pack_ = 1;
-  std::optional<uint32_t> active_;
+  Mutex sync_mu_ ACQUIRED_BEFORE(mu_);  // one Sync at a time
+  Mutex mu_;  // guards the writing state below
+  uint32_t next_pack_ GUARDED_BY(mu_) = 1;
+  std::optional<uint32_t> active_ GUARDED_BY(mu_);
   // Packs this set created whose writer is open (the active one, and full
   // ones with unsynced bytes until the next Sync).
-  std::map<uint32_t, Writer> writers_;
+  std::map<uint32_t, Writer> writers_ GUARDED_BY(mu_);
   // Durable bytes of every pack this set created (retired ones included).
-  std::map<uint32_t, uint64_t> durable_;
+  std::map<uint32_t, uint64_t> durable_ GUARDED_BY(mu_);
   std::unique_ptr<rocksdb::FSDirectory> dir_handle_;
 
-  std::mutex readers_mu_;
-  std::map<uint32_t, std::shared_ptr<rocksdb::FSRandomAccessFile>> readers_;
+  Mutex readers_mu_;
+  std::map<uint32_t, std::shared_ptr<rocksdb::FSRandomAccessFile>> readers_ GUARDED_BY(readers_mu_);
 };
 
 }  // namespace trainsnap::internal

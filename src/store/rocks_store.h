@@ -22,6 +22,7 @@
 #include <rocksdb/utilities/optimistic_transaction_db.h>
 
 #include "store/chunk_codec.h"
+#include "common/mutex.h"
 #include "store/chunk_registry.h"
 #include "store/chunk_sink.h"
 #include "store/commit_log.h"
@@ -150,7 +151,7 @@ class RocksStore final : public Store, private ChunkSink {
   Status PrepareWrite();
   // Closes and reopens the database; falls back to a read-only instance, or
   // none, when the writable open fails. Caller holds resume_mu_, not db_mu_.
-  Status ReopenLocked();
+  Status ReopenLocked() REQUIRES(resume_mu_);
   // Holds db_mu_ shared. When a failed recovery left no database it retries
   // the reopen first; an error when that fails too.
   Status AcquireView(std::shared_lock<std::shared_mutex>* lock);
@@ -181,20 +182,20 @@ class RocksStore final : public Store, private ChunkSink {
   // --- disk space (callers hold commit_mu_) ---------------------------------
   // Creates the reserve file (StoreOptions::reserve_bytes) when it is missing
   // and twice its size is free. Best effort: a full disk just leaves it out.
-  void RestoreReserve();
+  void RestoreReserve() REQUIRES(commit_mu_);
   // Deletes the reserve file; true when there was one to delete.
-  bool ReleaseReserve();
+  bool ReleaseReserve() REQUIRES(commit_mu_);
   // Before an operation that frees space: releases the reserve when less
   // than its size is free, so that the operation's writes fit.
-  void UseReserveIfFull();
+  void UseReserveIfFull() REQUIRES(commit_mu_);
   // Gives the space of deleted chunks back to the file system: flushes the
   // memtables, compacts the chunk index's keys and compacts the packs
   // (CompactPacks). Caller holds a view and commit_mu_. `report` (may be
   // null) gets the packs removed and the bytes rewritten.
-  Status ReclaimSpace(GcReport* report);
+  Status ReclaimSpace(GcReport* report) REQUIRES(commit_mu_);
   // ReclaimSpace; on NoSpace, once more with the reserve's space (reopening
   // the database, which the failure stopped). Restores the reserve after.
-  Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report);
+  Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report) REQUIRES(commit_mu_);
   // --- pack files -----------------------------------------------------------------
   // Opens packs_ (and, writable, removes what no index entry references:
   // RecoverPacks).
@@ -215,7 +216,7 @@ class RocksStore final : public Store, private ChunkSink {
   // entries moved in one synced batch, old pack deleted), so that a crash
   // at any point loses nothing live. Skips packs writers may still append
   // to or commit from. Caller holds a view and commit_mu_.
-  Status CompactPacks(GcReport* report);
+  Status CompactPacks(GcReport* report) REQUIRES(commit_mu_);
   // The index entry of `hash` at `ro`; none when the index lacks it.
   Result<std::optional<PackEntry>> LookupEntry(const ChunkHash& hash, const rocksdb::ReadOptions& ro);
   // The encoded bytes of chunk `hash` (its index entry read at `ro`) into
@@ -246,15 +247,15 @@ class RocksStore final : public Store, private ChunkSink {
   // and adds them to `report`.
   Result<GcReport> EraseChunks(std::vector<ChunkHash> candidates, const std::vector<uint64_t>& sizes,
                                GcReport report);
-  Result<GcReport> CollectGarbageLocked(const ProgressFn& progress);
+  Result<GcReport> CollectGarbageLocked(const ProgressFn& progress) REQUIRES(commit_mu_);
   // full_gc: scan every chunk afterwards; otherwise only those the deleted
   // snapshots referenced (cheap enough to run after every commit). Never
   // deletes `committed` (the snapshot whose commit runs the prune).
   Result<PruneReport> PruneLocked(const RetentionPolicy& policy, bool full_gc,
-                                  std::optional<int64_t> committed = std::nullopt);
+                                  std::optional<int64_t> committed = std::nullopt) REQUIRES(commit_mu_);
   // With retention on (keep_last > 0): InvalidArgument when `step` is below
   // the latest stored step (see RetentionPolicy). Caller holds commit_mu_.
-  Status CheckRetentionKeeps(int64_t step);
+  Status CheckRetentionKeeps(int64_t step) REQUIRES(commit_mu_);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
   // checks its hash; a delta chunk's base is read, decoded and hash-checked
   // first (recursively). The base's index entry may name another encoding of
@@ -305,12 +306,12 @@ class RocksStore final : public Store, private ChunkSink {
   // by ResetTensorCache() after every commit and delete write and on every
   // (re)open; a look-up that read the database before a reset does not
   // fill the cache (the generation changed).
-  std::mutex tensor_cache_mu_;
-  uint64_t tensor_cache_generation_ = 0;
-  std::optional<int64_t> tensor_cache_step_;
-  std::map<std::pair<uint64_t, std::string>, TensorRecord> tensor_cache_;
+  Mutex tensor_cache_mu_;
+  uint64_t tensor_cache_generation_ GUARDED_BY(tensor_cache_mu_) = 0;
+  std::optional<int64_t> tensor_cache_step_ GUARDED_BY(tensor_cache_mu_);
+  std::map<std::pair<uint64_t, std::string>, TensorRecord> tensor_cache_ GUARDED_BY(tensor_cache_mu_);
   void ResetTensorCache() {
-    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    MutexLock lock(&tensor_cache_mu_);
     ++tensor_cache_generation_;
     tensor_cache_step_.reset();
     tensor_cache_.clear();
@@ -347,14 +348,15 @@ class RocksStore final : public Store, private ChunkSink {
   // The file system of env_ (or the default one): pack files go through it.
   std::shared_ptr<rocksdb::FileSystem> fs_;
   std::unique_ptr<PackSet> packs_;
-  std::mutex floors_mu_;
-  std::multiset<uint32_t> writer_floors_;  // guarded by floors_mu_
+  Mutex floors_mu_;
+  std::multiset<uint32_t> writer_floors_ GUARDED_BY(floors_mu_);
 
   std::unique_ptr<boost::asio::thread_pool> pool_;
   ChunkRegistry registry_;
-  // Serializes commits, deletes and garbage collection.
-  std::mutex commit_mu_;
-  std::mutex resume_mu_;  // serializes recoveries
+  // Serializes commits, deletes and garbage collection. Lock order:
+  // commit_mu_, then resume_mu_, then db_mu_ (a view), then the others.
+  Mutex commit_mu_ ACQUIRED_BEFORE(resume_mu_);
+  Mutex resume_mu_;  // serializes recoveries
   std::atomic<bool> needs_resume_{false};
   // RocksDB's count of background errors (failed flushes, compactions) seen
   // so far by this instance of the database; reset on reopen.
@@ -364,14 +366,15 @@ class RocksStore final : public Store, private ChunkSink {
   Status recovery_error_;  // why db_ is null; guarded by db_mu_
   // Writable stores: the commit log, written under commit_mu_.
   std::unique_ptr<CommitLog> commit_log_;
-  std::mutex lost_mu_;
-  std::optional<LostCommits> lost_;  // guarded by lost_mu_
+  Mutex lost_mu_;
+  std::optional<LostCommits> lost_ GUARDED_BY(lost_mu_);
   StoreOptions options_;   // as opened; for reopening after a failure
-  // Guarded by commit_mu_ (set once at open before any other thread runs).
-  bool reserve_present_ = false;     // the reserve file exists
-  int commits_since_flush_ = 0;      // commits since the last flush this store asked for
-  uint64_t live_pack_bytes_ = 0;     // live chunk bytes in packs after the last ReclaimSpace
-  uint64_t deleted_since_reclaim_ = 0;  // chunk bytes retention deleted since then
+  bool reserve_present_ GUARDED_BY(commit_mu_) = false;  // the reserve file exists
+  // Commits since the last flush this store asked for.
+  int commits_since_flush_ GUARDED_BY(commit_mu_) = 0;
+  // Live chunk bytes in packs after the last ReclaimSpace.
+  uint64_t live_pack_bytes_ GUARDED_BY(commit_mu_) = 0;
+  uint64_t deleted_since_reclaim_ GUARDED_BY(commit_mu_) = 0;  // chunk bytes retention deleted since then
 };
 
 }  // namespace trainsnap::internal

@@ -189,7 +189,7 @@ Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::st
                            std::string(role);
   uint64_t generation = 0;
   {
-    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    MutexLock lock(&tensor_cache_mu_);
     generation = tensor_cache_generation_;
     if (tensor_cache_step_ == step) {
       auto found = tensor_cache_.find(std::make_pair(param_id, std::string(role)));
@@ -217,7 +217,7 @@ Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::st
     auto found = by_key.find(std::make_pair(param_id, std::string(role)));
     std::optional<TensorRecord> out;
     if (found != by_key.end()) out = found->second;
-    std::lock_guard<std::mutex> lock(tensor_cache_mu_);
+    MutexLock lock(&tensor_cache_mu_);
     if (generation == tensor_cache_generation_) {
       tensor_cache_step_ = step;
       tensor_cache_ = std::move(by_key);

@@ -52,14 +52,14 @@ bool RocksStore::MayDelta(const DeltaBase& bases, size_t index) const {
 }
 
 uint32_t RocksStore::AcquireWriterFloor() {
-  std::lock_guard<std::mutex> lock(floors_mu_);
+  MutexLock lock(&floors_mu_);
   const uint32_t floor = packs_->NextAppendPack();
   writer_floors_.insert(floor);
   return floor;
 }
 
 void RocksStore::ReleaseWriterFloor(uint32_t floor) {
-  std::lock_guard<std::mutex> lock(floors_mu_);
+  MutexLock lock(&floors_mu_);
   auto it = writer_floors_.find(floor);
   if (it != writer_floors_.end()) writer_floors_.erase(it);
 }
@@ -72,7 +72,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   const bool replace_existing = commit.replace_existing;
   const std::vector<NewChunk>& chunks = commit.chunks;
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(&commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));

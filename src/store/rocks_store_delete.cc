@@ -93,7 +93,7 @@ Status RocksStore::CheckStored(int64_t step) {
 Status RocksStore::Delete(int64_t step) {
   const std::string context = "delete " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(&commit_mu_);
   UseReserveIfFull();
   auto attempt = [&]() -> Status {
     TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
@@ -111,7 +111,7 @@ Status RocksStore::Delete(int64_t step) {
 Status RocksStore::Rollback(int64_t step) {
   const std::string context = "rollback to " + StepName(step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(&commit_mu_);
   UseReserveIfFull();
   auto attempt = [&]() -> Status {
     TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));

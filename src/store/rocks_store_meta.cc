@@ -124,7 +124,7 @@ Status RocksStore::CheckCommitLog(const std::optional<CommitLogState>& log) {
     loss = l;
   }
   {
-    std::lock_guard<std::mutex> lock(lost_mu_);
+    MutexLock lock(&lost_mu_);
     lost_ = loss;
   }
   if (read_only_) return Status::OK();
@@ -143,7 +143,7 @@ Status RocksStore::NoteTransaction(const StoreCountsData& counts) {
 }
 
 std::optional<LostCommits> RocksStore::lost_commits() {
-  std::lock_guard<std::mutex> lock(lost_mu_);
+  MutexLock lock(&lost_mu_);
   return lost_;
 }
 
@@ -157,7 +157,7 @@ Status RocksStore::CheckNoLostCommits(std::string_view what) {
 
 Status RocksStore::AcknowledgeLostCommits() {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("acknowledge lost commits"));
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(&commit_mu_);
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   if (!lost_commits()) return Status::OK();
@@ -165,7 +165,7 @@ Status RocksStore::AcknowledgeLostCommits() {
   if (!counts.ok()) return counts.status().WithContext("acknowledge lost commits");
   CommitLogState state{(*counts)->transactions, (*counts)->newest_step, std::nullopt};
   TRAINSNAP_RETURN_IF_ERROR(commit_log_->Write(state).WithContext("acknowledge lost commits"));
-  std::lock_guard<std::mutex> lost_lock(lost_mu_);
+  MutexLock lost_lock(&lost_mu_);
   lost_.reset();
   return Status::OK();
 }

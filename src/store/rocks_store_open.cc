@@ -203,7 +203,10 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   if (!s.ok()) return s.WithContext(context);
   s = store->WarmChunkSizes();
   if (!s.ok()) return s.WithContext(context);
-  store->RestoreReserve();
+  {
+    MutexLock lock(&store->commit_mu_);
+    store->RestoreReserve();
+  }
   return std::unique_ptr<Store>(std::move(store));
 }
 

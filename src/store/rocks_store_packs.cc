@@ -121,7 +121,7 @@ Status RocksStore::CompactPacks(GcReport* report) {
   static_cast<void>(packs_->Sync());
   uint32_t floor = packs_->NextAppendPack();
   {
-    std::lock_guard<std::mutex> lock(floors_mu_);
+    MutexLock lock(&floors_mu_);
     if (!writer_floors_.empty()) floor = std::min(floor, *writer_floors_.begin());
   }
   // A live writer may commit another's in-flight chunk from a pack below

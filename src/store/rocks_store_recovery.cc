@@ -15,7 +15,7 @@ Status RocksStore::AcquireView(std::shared_lock<std::shared_mutex>* lock) {
   // the next write.
   lock->unlock();
   {
-    std::lock_guard<std::mutex> recovering(resume_mu_);
+    MutexLock recovering(&resume_mu_);
     bool still_closed;
     {
       std::shared_lock<std::shared_mutex> check(db_mu_);
@@ -57,7 +57,7 @@ bool RocksStore::FailedInBackground(const WriteMark& mark) {
 Status RocksStore::PrepareWrite() {
   NoteBackgroundErrors();
   if (!needs_resume_.load()) return Status::OK();
-  std::lock_guard<std::mutex> lock(resume_mu_);
+  MutexLock lock(&resume_mu_);
   if (!needs_resume_.load()) return Status::OK();  // another thread recovered
   return ReopenLocked().WithContext("reopen after a failed write");
 }

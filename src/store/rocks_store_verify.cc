@@ -289,7 +289,7 @@ Status RocksStore::FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, 
 Result<RepairReport> RocksStore::Repair() {
   const std::string context = "repair " + path_;
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(&commit_mu_);
   TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));

@@ -75,14 +75,14 @@ SnapshotWriterImpl::~SnapshotWriterImpl() {
 }
 
 void SnapshotWriterImpl::SetManifest(std::string bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   manifest_ = std::move(bytes);
 }
 
 Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
   bool first_use = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, inserted] = seen_.try_emplace(hash, 0);
     if (!inserted && it->second != 0) return true;
     first_use = inserted;
@@ -92,7 +92,7 @@ Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
     TRAINSNAP_ASSIGN_OR_RETURN(stored, store_->LookupChunk(hash));
   }
   if (!stored) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t& known = seen_[hash];
   if (known == 0) known = *stored;
   return true;
@@ -110,7 +110,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   *depth = same_as_base ? bases->depths[index] : kUnknownDeltaDepth;
   bool first_use = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto [it, inserted] = seen_.try_emplace(ref->hash, 0);
     if (!inserted && it->second != 0) {
       ref->stored_bytes = it->second;
@@ -197,7 +197,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     stored = registered.chunk.entry.length;
   }
   ref->stored_bytes = *stored;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t& known = seen_[ref->hash];
   if (known == 0) known = *stored;
   // Its index entry goes into this snapshot's commit (once, when two
@@ -216,7 +216,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
 }
 
 void SnapshotWriterImpl::HoldInFlight(const ChunkHash& hash) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   in_flight_held_.push_back(hash);
 }
 
@@ -228,7 +228,7 @@ Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::stri
   if (role.empty()) return fail(Status::InvalidArgument("empty role"));
   auto record = store_->CommittedTensor(from_step, param_id, role);
   if (!record.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     failed_ = true;
     if (first_error_.ok()) first_error_ = fail(record.status());
     return fail(record.status());
@@ -257,12 +257,12 @@ Status SnapshotWriterImpl::AddTensorRecord(const TensorRecord& record) {
 Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<Status(Status)>& fail) {
   const auto key = std::make_pair(record.param_id, record.role);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
   }
   auto unreserve = [&](Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     records_.erase(key);
     failed_ = true;
     if (first_error_.ok()) first_error_ = fail(s);
@@ -278,7 +278,7 @@ Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<St
                                         " is no longer stored"));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   records_[key] = std::move(record);
   return Status::OK();
 }
@@ -296,7 +296,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   if (tensor.size_bytes > 0 && tensor.data == nullptr) return fail(Status::InvalidArgument("null data"));
   const auto key = std::make_pair(tensor.param_id, tensor.role);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
   }
@@ -350,7 +350,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
     return cs;
   });
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!s.ok()) {
     // The snapshot would lack this tensor: refuse to commit it.
     records_.erase(key);
@@ -397,7 +397,7 @@ Result<std::vector<RecordGroupRef>> SnapshotWriterImpl::WriteRecordGroups(const 
 }
 
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const std::string context = "commit";
   if (committed_) return Status::InvalidArgument(context + ": already committed");
   if (committing_) return Status::InvalidArgument(context + ": another Commit is in progress");
@@ -422,9 +422,9 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
     // The groups are written outside mu_ (AddChunk takes it); AddTensor is
     // refused meanwhile, so `records` stays the snapshot's full set.
     committing_ = true;
-    lock.unlock();
+    lock.Unlock();
     auto written = WriteRecordGroups(records);
-    lock.lock();
+    lock.Lock();
     committing_ = false;
     if (!written.ok()) return written.status().WithContext(context);
     groups = std::move(*written);

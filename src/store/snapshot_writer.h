@@ -5,13 +5,13 @@
 #include <atomic>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "store/chunk_registry.h"
 #include "store/chunk_sink.h"
 #include "store/delta_base_cache.h"
@@ -47,7 +47,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Cuts `records` (in key order) into groups, writes each group chunk that
   // the store does not hold (pinned like tensor chunks) and returns the
   // snapshot record's references. Called without mu_ held.
-  Result<std::vector<RecordGroupRef>> WriteRecordGroups(const std::vector<TensorRecord>& records);
+  Result<std::vector<RecordGroupRef>> WriteRecordGroups(const std::vector<TensorRecord>& records) EXCLUDES(mu_);
   // Hashes, dedups and (when new) encodes and writes chunk `index` of a
   // tensor; `bases` (may be null) holds the tensor's delta bases. Sets
   // *depth to the chunk's delta chain depth (kUnknownDeltaDepth when this
@@ -73,22 +73,23 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // lives: its chunks are in them, unindexed until its commit.
   const uint32_t pack_floor_;
 
-  std::mutex mu_;  // guards everything below
-  std::map<std::pair<uint64_t, std::string>, TensorRecord> records_;
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_;  // hash -> stored bytes, pinned
-  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_;  // indexed by this writer's commit
-  std::vector<NewChunk> new_chunk_entries_;  // their pack places
-  std::vector<ChunkHash> in_flight_held_;  // references on in-flight chunks (ChunkRegistry)
-  std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_;  // published on commit
-  std::string manifest_;
-  uint64_t new_chunks_ = 0;
-  uint64_t new_bytes_ = 0;
-  uint64_t metadata_new_bytes_ = 0;  // record-group chunks written first by this writer
+  Mutex mu_;
+  std::map<std::pair<uint64_t, std::string>, TensorRecord> records_ GUARDED_BY(mu_);
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_ GUARDED_BY(mu_);  // hash -> stored bytes, pinned
+  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_ GUARDED_BY(mu_);  // indexed by this writer's commit
+  std::vector<NewChunk> new_chunk_entries_ GUARDED_BY(mu_);  // their pack places
+  std::vector<ChunkHash> in_flight_held_ GUARDED_BY(mu_);  // references on in-flight chunks (ChunkRegistry)
+  // Published on commit.
+  std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_ GUARDED_BY(mu_);
+  std::string manifest_ GUARDED_BY(mu_);
+  uint64_t new_chunks_ GUARDED_BY(mu_) = 0;
+  uint64_t new_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t metadata_new_bytes_ GUARDED_BY(mu_) = 0;  // record-group chunks written first by this writer
   std::atomic<uint64_t> metadata_bytes_{0};
-  bool committing_ = false;  // Commit is writing record groups: no more tensors
-  bool committed_ = false;
-  bool failed_ = false;
-  Status first_error_;
+  bool committing_ GUARDED_BY(mu_) = false;  // Commit is writing record groups: no more tensors
+  bool committed_ GUARDED_BY(mu_) = false;
+  bool failed_ GUARDED_BY(mu_) = false;
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainsnap::internal
