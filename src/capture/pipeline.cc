@@ -9,7 +9,7 @@
 
 #include "capture/device_readback.h"
 #include "capture/encode.h"
-#include "store/thread_priority.h"
+#include "common/thread_priority.h"
 #include "torch/exception_boundary.h"
 
 namespace trainsnap::internal {

@@ -14,7 +14,7 @@
 #include "store/commit_log.h"
 #include "store/rocksdb_status.h"
 #include "store/store_pin.h"
-#include "store/thread_priority.h"
+#include "common/thread_priority.h"
 
 namespace trainsnap::internal {
 

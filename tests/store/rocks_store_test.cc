@@ -20,7 +20,7 @@
 #include "raw_db.h"
 #include "store.pb.h"
 #include "store/keys.h"
-#include "store/thread_priority.h"
+#include "common/thread_priority.h"
 #include "store_test_util.h"
 #include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"

@@ -1,4 +1,4 @@
-#include "store/thread_priority.h"
+#include "common/thread_priority.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
