@@ -42,22 +42,22 @@ enum class DeltaReference {
 };
 
 struct StoreOptions {
-  // Zstd level for new chunks (1..19). 0 = 1: on shuffled floats level 1
-  // compresses as well as 3 at twice the speed (bench/README.md, codec).
+  // Zstd level for new chunks (1..19). 0 = 1: higher levels gain little on
+  // shuffled floats for much more CPU (bench/README.md, codec).
   // Not fixed: may change between opens.
   int zstd_level = 1;
   // Compress new chunks with Zstd and write XOR deltas. false stores every
-  // new chunk raw: measured on fp32 training state, about a third less
-  // encoder CPU per snapshot and restores 1.3-3.5x faster, for more bytes
-  // (1.2-1.35x on fp32, 2.3x on bf16, where deltas pay most). Meant for a
-  // snapshot every step on few cores (bench/README.md, "Latest figures").
+  // new chunk raw (restores read it straight into the tensor): less encoder
+  // CPU and faster restores for more bytes, meant for a snapshot every step
+  // on few cores (the figures: bench/README.md, "Latest figures").
   // Not fixed: may change between opens; chunks written either way read back.
   bool compress = true;
   // Chunk size in bytes, fixed when the store is created. 0 = use the stored
   // value (1 MiB for a new store). A non-zero value that differs from the
   // store's is an InvalidArgument error.
   size_t chunk_bytes = 0;
-  // fsync the WAL on every snapshot commit. Turn off only for benchmarks/tests.
+  // fsync the pack files and the WAL on every snapshot commit (and in
+  // garbage collection). Turn off only for benchmarks and tests.
   bool sync = true;
   // Worker threads for encoding and decoding chunks. 0 = hardware threads.
   int threads = 0;

@@ -28,7 +28,10 @@ ZSTD_DCtx* ThreadDCtx() {
   return ctx.get();
 }
 
-std::vector<uint8_t>& ThreadScratch() {
+// Per-thread buffers, reused across chunks: the filtered (shuffled or
+// split) bytes, and the XOR of a chunk with its delta base. Two, because a
+// delta is XORed first and then filtered.
+std::vector<uint8_t>& ThreadFilterScratch() {
   thread_local std::vector<uint8_t> scratch;
   return scratch;
 }
@@ -174,7 +177,7 @@ Status CheckOptions(const ChunkEncodeOptions& options) {
   return Status::OK();
 }
 
-std::vector<uint8_t>& ThreadScratch2() {
+std::vector<uint8_t>& ThreadXorScratch() {
   thread_local std::vector<uint8_t> scratch;
   return scratch;
 }
@@ -195,11 +198,11 @@ Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const Ch
   header.delta_depth = static_cast<uint8_t>(base_depth + 1);
   header.inner_filter = ChosenFilter(options);
   header.base = base_hash;
-  std::vector<uint8_t>& xored = ThreadScratch2();
+  std::vector<uint8_t>& xored = ThreadXorScratch();
   xored.resize(size);
   XorInto(static_cast<const uint8_t*>(raw), static_cast<const uint8_t*>(base), size, xored.data());
   const uint8_t* input = xored.data();
-  std::vector<uint8_t>& filtered = ThreadScratch();
+  std::vector<uint8_t>& filtered = ThreadFilterScratch();
   if (header.inner_filter != ChunkFilter::kNone) {
     filtered.resize(size);
     ApplyFilter(header.inner_filter, options.element_size, xored.data(), size, filtered.data());
@@ -226,13 +229,13 @@ size_t SampleCompressedSize(const void* raw, const void* base, size_t size, size
   if (n == 0) n = size;
   const size_t begin = (size - n) / 2 / width * width;
   const uint8_t* in = static_cast<const uint8_t*>(raw) + begin;
-  std::vector<uint8_t>& xored = ThreadScratch2();
+  std::vector<uint8_t>& xored = ThreadXorScratch();
   if (base) {
     xored.resize(n);
     XorInto(in, static_cast<const uint8_t*>(base) + begin, n, xored.data());
     in = xored.data();
   }
-  std::vector<uint8_t>& filtered = ThreadScratch();
+  std::vector<uint8_t>& filtered = ThreadFilterScratch();
   const ChunkFilter filter = ChosenFilter(options);
   if (filter != ChunkFilter::kNone) {
     filtered.resize(n);
@@ -258,7 +261,7 @@ Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& optio
   const uint8_t* input = static_cast<const uint8_t*>(raw);
   const ChunkFilter filter = ChosenFilter(options);
   if (filter != ChunkFilter::kNone) {
-    std::vector<uint8_t>& scratch = ThreadScratch();
+    std::vector<uint8_t>& scratch = ThreadFilterScratch();
     scratch.resize(size);
     ApplyFilter(filter, options.element_size, input, size, scratch.data());
     input = scratch.data();
@@ -359,7 +362,7 @@ Status DecodeChunk(std::string_view encoded, void* dst, size_t dst_size, const v
   const ChunkFilter filter = delta ? h.inner_filter : h.filter;
   const bool shuffled = filter == ChunkFilter::kFloat16Split || (filter == ChunkFilter::kShuffle && h.element_size > 1);
   uint8_t* target = static_cast<uint8_t*>(dst);
-  std::vector<uint8_t>& scratch = ThreadScratch();
+  std::vector<uint8_t>& scratch = ThreadFilterScratch();
   if (shuffled) {
     scratch.resize(dst_size);
     target = scratch.data();

@@ -121,8 +121,8 @@ class RocksStore final : public Store, private ChunkSink {
   // writes although no call of this store failed.
   void NoteBackgroundErrors();
   // At RocksDB snapshot `at` (null = the latest state), checked against the
-  // stored counts (CheckListed).
-  Result<std::vector<SnapshotInfo>> ListLocked(const rocksdb::Snapshot* at = nullptr);
+  // stored counts (CheckListed). Caller holds a view (AcquireView).
+  Result<std::vector<SnapshotInfo>> ListInView(const rocksdb::Snapshot* at = nullptr);
   // The counts record at `at`; none for a store of format version < 3,
   // which has none. Corruption when a version-3 store lacks it.
   Result<std::optional<StoreCountsData>> ReadCounts(const rocksdb::Snapshot* at);
@@ -258,11 +258,11 @@ class RocksStore final : public Store, private ChunkSink {
   Status CheckRetentionKeeps(int64_t step) REQUIRES(commit_mu_);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
   // checks its hash; a delta chunk's base is read, decoded and hash-checked
-  // first (recursively). The base's index entry may name another encoding of
-  // the same bytes than the one the delta was made against (two captures in
-  // flight that both wrote the chunk: the later commit's entry wins), so its
-  // depth is not checked against the delta's; a chain longer than
-  // `depth_budget` links (a cycle) is Corruption.
+  // first (recursively). The base's depth is not checked against the
+  // delta's header: the base's bytes are what its hash names, whichever
+  // encoding holds them (captures in flight share one encoding of a chunk,
+  // ChunkRegistry; a store written before that may index another one). A
+  // chain longer than `depth_budget` links (a cycle) is Corruption.
   Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst,
                       int depth_budget = kMaxDeltaDepth);
   // One chunk of a ReadTensors call.

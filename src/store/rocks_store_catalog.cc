@@ -46,10 +46,10 @@ Result<std::vector<int64_t>> RocksStore::ListSteps(const rocksdb::Snapshot* at, 
 Result<std::vector<SnapshotInfo>> RocksStore::List() {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  return ListLocked();
+  return ListInView();
 }
 
-Result<std::vector<SnapshotInfo>> RocksStore::ListLocked(const rocksdb::Snapshot* at) {
+Result<std::vector<SnapshotInfo>> RocksStore::ListInView(const rocksdb::Snapshot* at) {
   // The count is read at the same RocksDB snapshot as the records: a
   // table-file read that made the scan skip records without an error
   // (docs/reliability.md) is Corruption, not a shorter list.

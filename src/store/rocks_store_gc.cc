@@ -71,7 +71,7 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
     }
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(sit->status(), "scan snapshot records"));
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListLocked(at.snapshot()));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> snapshots, ListInView(at.snapshot()));
   for (const SnapshotInfo& info : snapshots) {
     auto found = records_per_step.find(info.step);
     const uint64_t seen = found == records_per_step.end() ? 0 : found->second;

@@ -18,7 +18,7 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string context = "stats " + path_;
   StoreStats stats;
-  auto list = ListLocked();
+  auto list = ListInView();
   if (!list.ok()) return list.status().WithContext(context);
   for (const SnapshotInfo& info : *list) {
     ++stats.snapshots;
