@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "trainsnap/store.h"
+
 namespace trainsnap::cli {
 
 std::string HumanBytes(uint64_t bytes) {
@@ -101,6 +103,13 @@ std::string StepList(const std::vector<int64_t>& steps) {
   std::string out;
   for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
   return out;
+}
+
+std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
+  std::vector<int64_t> steps;
+  steps.reserve(infos.size());
+  for (const SnapshotInfo& info : infos) steps.push_back(info.step);
+  return steps;
 }
 
 }  // namespace trainsnap::cli

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace trainsnap {
+struct SnapshotInfo;
+}  // namespace trainsnap
+
 namespace trainsnap::cli {
 
 // "0 B", "999 B", "1.0 KiB", "12.3 MiB", "1.50 GiB" (1024-based units).
@@ -25,6 +29,8 @@ std::string HumanDuration(double seconds);
 std::string HexId(uint64_t id);
 // "3, 5, 8": steps as a comma-separated list.
 std::string StepList(const std::vector<int64_t>& steps);
+// The steps of `infos`, in their order.
+std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos);
 // "[4, 16]"; "[]" for a scalar.
 std::string ShapeString(const std::vector<int64_t>& shape);
 // A double with up to `precision` significant digits ("1.5e-07", "0").

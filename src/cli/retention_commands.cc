@@ -37,12 +37,6 @@ Result<std::unique_ptr<Store>> OpenFor(const DeleteOptions& options) {
   return options.dry_run ? OpenForReading(options.store) : OpenForWriting(options.store);
 }
 
-std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
-  std::vector<int64_t> steps;
-  for (const auto& info : infos) steps.push_back(info.step);
-  return steps;
-}
-
 // "2 snapshots (steps 5, 6)", "1 snapshot (step 3)".
 std::string Snapshots(const std::vector<int64_t>& steps) {
   if (steps.empty()) return "0 snapshots";

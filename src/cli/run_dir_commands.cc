@@ -26,12 +26,6 @@ namespace trainsnap::cli {
 
 namespace {
 
-std::vector<int64_t> StepsOf(const std::vector<SnapshotInfo>& infos) {
-  std::vector<int64_t> steps;
-  for (const SnapshotInfo& info : infos) steps.push_back(info.step);
-  return steps;
-}
-
 // The stores of a run: global/ and rank-00000/ .. rank-<N-1>/ (the ranks are
 // the consecutive rank directories from 0).
 struct Run {

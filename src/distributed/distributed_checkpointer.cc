@@ -8,7 +8,6 @@
 #include <map>
 #include <optional>
 #include <filesystem>
-#include <mutex>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -18,6 +17,8 @@
 #include <xxhash.h>
 
 #include "capture/pipeline.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "distributed/rank_group.h"
 #include "distributed/run_dir.h"
 #include "store/kill_point.h"
@@ -258,7 +259,7 @@ class DistributedState {
                                                                       options_(std::move(options)) {}
   ~DistributedState() {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
       cv_.notify_all();
     }
@@ -288,8 +289,8 @@ class DistributedState {
   // records retention drops, in order, up to the first failure; returns how
   // many it deleted (the other ranks delete their snapshots of those only).
   Result<int64_t> CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports);
-  void WaitIdle();
-  Status DropLocalAfterRollback();
+  void WaitIdle() EXCLUDES(mu_);
+  Status DropLocalAfterRollback() EXCLUDES(mu_);
   // RankGroup::Agree; a failed collective also marks this checkpointer broken.
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
   Result<GlobalRecord> ReadGlobalRecord(int64_t step);
@@ -303,18 +304,19 @@ class DistributedState {
   std::unique_ptr<RankAgreement> capture_tag_;  // SaveState only: names the rank in every local snapshot
   std::unique_ptr<ReplicaPlacement> placement_;  // the local Checkpointer's TensorPlacement
 
-  // Lock order: mu_ only; never held across a collective or a store call.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;  // front: being committed by the committer thread
-  bool stop_ = false;
-  Status flush_error_;        // first error since the last Flush
-  Status broken_;             // a failed collective: every later call fails with it
+  // A leaf lock (docs/code-map.md): never held across a collective, a store
+  // call or a Checkpointer call.
+  Mutex mu_;
+  std::condition_variable cv_;  // queue_ changed or stop_ set
+  std::deque<Pending> queue_ GUARDED_BY(mu_);  // front: being committed by the committer thread
+  bool stop_ GUARDED_BY(mu_) = false;
+  Status flush_error_ GUARDED_BY(mu_);  // first error since the last Flush
+  Status broken_ GUARDED_BY(mu_);       // a failed collective: every later call fails with it
   // Global steps, ascending. Written by the committer thread, or by the
   // training thread while the committer is idle (Open, Restore).
-  std::vector<int64_t> global_steps_;
+  std::vector<int64_t> global_steps_ GUARDED_BY(mu_);
   // A rollback whose deletion of this rank's later snapshots is still due.
-  std::optional<int64_t> pending_local_rollback_;
+  std::optional<int64_t> pending_local_rollback_ GUARDED_BY(mu_);
   std::thread committer_;
 };
 
@@ -344,12 +346,15 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> opened, Agree({mine, {}}, "open " + run_dir_));
   TRAINSNAP_RETURN_IF_ERROR(FirstFailure(opened).WithContext("open " + run_dir_));
 
+  // The committer is not started yet: the steps go into global_steps_ once
+  // every rank agreed on their count.
+  std::vector<int64_t> global_steps;
   mine = [&]() -> Status {
     if (rank() != 0) {
       TRAINSNAP_ASSIGN_OR_RETURN(global_, Store::OpenReadOnly(GlobalStorePath(run_dir_)));
     }
     TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> global_list, global_->List());
-    for (const SnapshotInfo& info : global_list) global_steps_.push_back(info.step);
+    for (const SnapshotInfo& info : global_list) global_steps.push_back(info.step);
     StoreOptions local_options = options_.store;
     local_options.retention = RetentionPolicy{};  // applied to global steps by the committer
     TRAINSNAP_ASSIGN_OR_RETURN(local_, Store::Open(RankStorePath(run_dir_, rank()), local_options));
@@ -357,7 +362,7 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
     // local and the global commit, or a capture another rank failed) are not
     // restorable: delete them, so that their steps may be captured again.
     TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> local_list, local_->List());
-    const std::set<int64_t> global_set(global_steps_.begin(), global_steps_.end());
+    const std::set<int64_t> global_set(global_steps.begin(), global_steps.end());
     bool deleted = false;
     for (const SnapshotInfo& info : local_list) {
       if (global_set.count(info.step)) continue;
@@ -370,14 +375,18 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
     return Status::OK();
   }();
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> ready,
-                             Agree({mine, {static_cast<int64_t>(global_steps_.size())}}, "open " + run_dir_));
+                             Agree({mine, {static_cast<int64_t>(global_steps.size())}}, "open " + run_dir_));
   TRAINSNAP_RETURN_IF_ERROR(FirstFailure(ready).WithContext("open " + run_dir_));
   for (size_t r = 0; r < ready.size(); ++r) {
-    if (ready[r].values[0] != static_cast<int64_t>(global_steps_.size())) {
+    if (ready[r].values[0] != static_cast<int64_t>(global_steps.size())) {
       return Status::Aborted("open " + run_dir_ + ": rank " + std::to_string(r) + " sees " +
                              std::to_string(ready[r].values[0]) + " global steps, rank " + std::to_string(rank()) +
-                             " sees " + std::to_string(global_steps_.size()) + " (do all ranks share the run directory?)");
+                             " sees " + std::to_string(global_steps.size()) + " (do all ranks share the run directory?)");
     }
+  }
+  {
+    MutexLock lock(&mu_);
+    global_steps_ = std::move(global_steps);
   }
   try {
     CheckpointerOptions checkpointer_options = options_.checkpointer;
@@ -395,7 +404,7 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
 
 Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const TrainingState& state) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
   }
   Pending pending;
@@ -419,7 +428,7 @@ Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const Trainin
   const Status staged = pending.staged;
   CaptureHandle handle(pending.global);
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!staged.ok() && flush_error_.ok()) flush_error_ = staged;
     queue_.push_back(std::move(pending));
     cv_.notify_all();
@@ -432,14 +441,14 @@ void DistributedState::CommitterLoop() {
   for (;;) {
     Pending pending;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) lock.Wait(cv_);
       if (queue_.empty()) return;  // stop_ and drained
       pending = queue_.front();
     }
     Status broken;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       broken = broken_;
     }
     Status outcome;
@@ -450,7 +459,7 @@ void DistributedState::CommitterLoop() {
       outcome = CommitGlobally(pending);
     }
     pending.global->Finish(outcome);
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // The staging error was counted by CaptureAsync already.
     if (!outcome.ok() && pending.staged.ok() && flush_error_.ok()) flush_error_ = outcome;
     queue_.pop_front();
@@ -491,7 +500,7 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   }
   if (agreed.ok()) agreed = CheckReplicas(pending, *reports, what).WithContext(what);
   if (group_->broken()) {  // the replica exchange failed: as a failed agreement (the outcome is known: not global)
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     broken_ = agreed;
     return agreed;
   }
@@ -526,7 +535,7 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   // its snapshots of those, and only those.
   std::vector<int64_t> drop;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     global_steps_.push_back(step);
     drop = StepsToDrop(global_steps_, options_.store.retention);
     drop.resize(std::min(drop.size(), static_cast<size_t>(std::max<int64_t>(0, (*told)[0].values[0]))));
@@ -597,7 +606,7 @@ Result<int64_t> DistributedState::CommitGlobalRecord(int64_t step, const std::ve
   // global step that a rank lacks.
   std::vector<int64_t> steps;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     steps = global_steps_;
   }
   steps.push_back(step);
@@ -614,20 +623,20 @@ Result<int64_t> DistributedState::CommitGlobalRecord(int64_t step, const std::ve
 Result<std::vector<RankReport>> DistributedState::Agree(const RankReport& mine, const std::string& what) {
   Result<std::vector<RankReport>> reports = group_->Agree(mine, what);
   if (!reports.ok()) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     broken_ = reports.status();
   }
   return reports;
 }
 
 void DistributedState::WaitIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return queue_.empty(); });
+  MutexLock lock(&mu_);
+  while (!queue_.empty()) lock.Wait(cv_);
 }
 
 Status DistributedState::Flush() {
   WaitIdle();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Status first = std::move(flush_error_);
   flush_error_ = Status::OK();
   if (first.ok()) return broken_;
@@ -647,7 +656,7 @@ Result<GlobalRecord> DistributedState::ReadGlobalRecord(int64_t step) {
 Status DistributedState::Restore(int64_t step, const TrainingState& target, bool rollback) {
   const std::string what = "restore " + StepText(step);
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
   }
   WaitIdle();  // the committer is idle from here: the collectives below are the only ones
@@ -690,7 +699,7 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
       Result<std::vector<RankReport>> told = group_->Agree({global, {}}, "roll back to " + StepText(step));
       if (!told.ok()) return told.status();
       TRAINSNAP_RETURN_IF_ERROR(FirstFailure(*told));
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       global_steps_.erase(std::upper_bound(global_steps_.begin(), global_steps_.end(), step), global_steps_.end());
       pending_local_rollback_ = step;
       return Status::OK();
@@ -705,7 +714,7 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
   if (!agreement.reached()) (void)agreement.Agree(local.ok() ? Status::Aborted("the rank agreement did not run")
                                                              : local);
   if (agreement.collective_failed()) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     broken_ = agreement.agreed();
   }
   // The same status on every rank: the lowest failing rank's, which already
@@ -720,19 +729,19 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
 Status DistributedState::DropLocalAfterRollback() {
   std::optional<int64_t> step;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     step = pending_local_rollback_;
   }
   if (!step.has_value()) return Status::OK();
   TRAINSNAP_RETURN_IF_ERROR(local_->Rollback(*step).WithContext("dropping this rank's snapshots after the rollback"));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   pending_local_rollback_.reset();
   return Status::OK();
 }
 
 Result<int64_t> DistributedState::RestoreLatest(const TrainingState& target) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
   }
   WaitIdle();

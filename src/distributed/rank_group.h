@@ -28,6 +28,8 @@ inline constexpr size_t kReportMessageBytes = 4000;
 // Status of the lowest rank that failed, prefixed "rank R: "; OK when none did.
 Status FirstFailure(const std::vector<RankReport>& reports);
 
+// Not thread-safe: one caller at a time (DistributedState calls it from its
+// committer thread, or from the training thread once the committer is idle).
 class RankGroup {
  public:
   // Collective over `user_group` (one broadcast of a nonce from rank 0, on a

@@ -16,19 +16,9 @@
 
 #include "store/pack_entry.h"
 #include "store/pack_set.h"
+#include "testing/file_contents.h"
 
 namespace trainsnap::cli_test {
-
-namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-}  // namespace
 
 nlohmann::json CliRun::Json() const {
   auto parsed = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
@@ -69,10 +59,10 @@ CliRun RunWithStdout(const std::string& program, const std::vector<std::string>&
   close(err_fd);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (capture) {
-    run.out = ReadFile(out_template);
+    run.out = testing::FileContents(out_template);
     unlink(out_template);
   }
-  run.err = ReadFile(err_template);
+  run.err = testing::FileContents(err_template);
   unlink(err_template);
   return run;
 }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "trainsnap/store.h"
+
 namespace trainsnap::cli {
 namespace {
 
@@ -39,6 +41,19 @@ TEST(HumanFormatTest, IdsShapesAndDoubles) {
   EXPECT_EQ(HumanDouble(0.5), "0.5");
   EXPECT_EQ(HumanDouble(1.5e-7), "1.5e-07");
   EXPECT_EQ(HumanDouble(std::numeric_limits<double>::quiet_NaN()), "nan");
+}
+
+TEST(HumanFormatTest, StepsAndStepLists) {
+  EXPECT_EQ(StepList({}), "");
+  EXPECT_EQ(StepList({3}), "3");
+  EXPECT_EQ(StepList({3, 5, -8}), "3, 5, -8");
+  std::vector<SnapshotInfo> infos(3);
+  infos[0].step = 9;
+  infos[1].step = 2;
+  infos[2].step = 40;
+  infos[2].tensors = 7;
+  EXPECT_EQ(StepsOf(infos), (std::vector<int64_t>{9, 2, 40}));
+  EXPECT_EQ(StepsOf({}), std::vector<int64_t>{});
 }
 
 }  // namespace

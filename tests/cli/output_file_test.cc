@@ -18,18 +18,12 @@
 #include <gtest/gtest.h>
 
 #include "cli_fixture.h"
+#include "testing/file_contents.h"
 
 namespace trainsnap::cli_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 class ExportOutTest : public CliTest {
  protected:
@@ -71,13 +65,13 @@ class ExportOutTest : public CliTest {
 TEST_F(ExportOutTest, CreatesOrReplacesARegularFileLeavingNoTemporaryFile) {
   const std::string out = Path("out/model.safetensors");
   ASSERT_EQ(Export(1, out).exit_code, 0);
-  const std::string first = ReadAll(out);
+  const std::string first = testing::FileContents(out);
   ASSERT_GT(first.size(), 65536u * 4);
   std::ofstream(Path("out/old.pt")) << "an older file";
   ASSERT_EQ(Export(2, Path("out/old.pt"), "torch").exit_code, 0);
-  EXPECT_NE(ReadAll(Path("out/old.pt")), "an older file");
+  EXPECT_NE(testing::FileContents(Path("out/old.pt")), "an older file");
   ASSERT_EQ(Export(2, out).exit_code, 0);
-  EXPECT_NE(ReadAll(out), first);
+  EXPECT_NE(testing::FileContents(out), first);
   EXPECT_EQ(Others({"model.safetensors", "old.pt"}), std::vector<std::string>{});
   // A relative --out (no directory part) works too.
   CliRun relative = RunProgram("/bin/sh", {"-c", "cd '" + Path("out") + "' && '" + TRAINSNAP_CLI_PATH +
@@ -159,7 +153,7 @@ TEST_F(ExportOutTest, ALinkToARegularFileKeepsTheLinkAndReplacesTheFile) {
   ASSERT_EQ(Export(1, link).exit_code, 0);
   EXPECT_TRUE(fs::is_symlink(link));
   ASSERT_EQ(Export(1, Path("out/direct.safetensors")).exit_code, 0);
-  EXPECT_EQ(ReadAll(file), ReadAll(Path("out/direct.safetensors")));
+  EXPECT_EQ(testing::FileContents(file), testing::FileContents(Path("out/direct.safetensors")));
   EXPECT_EQ(Others({"real.safetensors", "link.safetensors", "direct.safetensors"}), std::vector<std::string>{});
 }
 
@@ -167,7 +161,7 @@ TEST_F(ExportOutTest, ConcurrentExportsToOnePathNeverMix) {
   const std::string a = Path("a.safetensors"), b = Path("b.safetensors");
   ASSERT_EQ(Export(1, a).exit_code, 0);
   ASSERT_EQ(Export(2, b).exit_code, 0);
-  const std::string expected_a = ReadAll(a), expected_b = ReadAll(b);
+  const std::string expected_a = testing::FileContents(a), expected_b = testing::FileContents(b);
   ASSERT_EQ(expected_a.size(), expected_b.size());
   ASSERT_NE(expected_a, expected_b);
   const std::string out = Path("out/shared.safetensors");
@@ -188,7 +182,7 @@ TEST_F(ExportOutTest, ConcurrentExportsToOnePathNeverMix) {
       ASSERT_EQ(waitpid(pid, &status, 0), pid);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     }
-    const std::string got = ReadAll(out);
+    const std::string got = testing::FileContents(out);
     EXPECT_TRUE(got == expected_a || got == expected_b) << "round " << round << ": a mixed file, " << got.size();
     EXPECT_EQ(Others({"shared.safetensors"}), std::vector<std::string>{});
   }

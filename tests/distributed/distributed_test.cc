@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace {
@@ -28,21 +29,7 @@ namespace fs = std::filesystem;
 
 std::string RankBinary() { return (fs::path(TRAINSNAP_DIST_RANK_DIR) / "trainsnap_dist_rank").string(); }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "trainsnap_dist_XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using trainsnap::testing::TempDir;
 
 struct RankResult {
   int exit_code = -1;  // -SIGNAL when killed

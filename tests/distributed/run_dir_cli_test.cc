@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <vector>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "distributed/run_dir.h"
+#include "testing/temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::internal {
@@ -44,8 +46,8 @@ CliResult RunCli(const std::string& args, const std::string& env = "") {
 class RunDirListTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "trainsnap_rundir_XXXXXX").string();
-    run_ = mkdtemp(pattern.data());
+    dir_.emplace();
+    run_ = dir_->path();
     StoreOptions options;
     options.reserve_bytes = 0;
     options.sync = false;
@@ -65,10 +67,8 @@ class RunDirListTest : public ::testing::Test {
       ASSERT_TRUE((*writer)->Commit().ok());
     }
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(run_, ec);
-  }
+  void TearDown() override { dir_.reset(); }
+  std::optional<testing::TempDir> dir_;  // a fresh one per SetUp
   std::string run_;
 };
 
@@ -140,8 +140,8 @@ class RunDirMutationTest : public ::testing::Test {
   static constexpr int kRanks = 3;
 
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "trainsnap_rundir_XXXXXX").string();
-    run_ = mkdtemp(pattern.data());
+    dir_.emplace();
+    run_ = dir_->path();
     StoreOptions options;
     options.reserve_bytes = 0;
     options.sync = false;
@@ -177,10 +177,7 @@ class RunDirMutationTest : public ::testing::Test {
       ASSERT_TRUE((*writer)->Commit().ok());
     }
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(run_, ec);
-  }
+  void TearDown() override { dir_.reset(); }
 
   static std::vector<int64_t> Steps(const std::string& path) {
     auto store = Store::OpenReadOnly(path);
@@ -211,6 +208,7 @@ class RunDirMutationTest : public ::testing::Test {
     }
   }
 
+  std::optional<testing::TempDir> dir_;  // a fresh one per SetUp
   std::string run_;
 };
 

@@ -87,7 +87,7 @@ Outcome ExamineStore(Store& store, std::string* detail) {
       error = true;
       continue;
     }
-    const std::vector<StepTensor> expected = StepTensors(step);
+    const std::vector<TensorSpec> expected = StepTensors(step);
     if (records->size() != expected.size()) {
       error = true;  // Verify reports a count mismatch below
       continue;
@@ -102,7 +102,7 @@ Outcome ExamineStore(Store& store, std::string* detail) {
       Status s = store.ReadTensor(r, got.data(), got.size());
       if (!s.ok()) {
         error = true;
-      } else if (got != expected[i].bytes) {
+      } else if (got != expected[i].data) {
         *detail = "step " + std::to_string(step) + ": ReadTensor returned wrong bytes";
         return Outcome::kSilent;
       }

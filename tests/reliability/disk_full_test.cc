@@ -205,12 +205,9 @@ std::vector<uint8_t> BigStepBytes(int64_t step) {
 }
 
 Status WriteBigStep(Store& store, int64_t step) {
-  TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
-  const std::vector<uint8_t> bytes = BigStepBytes(step);
-  TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size(), {}};
-  TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(v));
-  auto info = writer->Commit();
-  return info.ok() ? Status::OK() : info.status();
+  std::vector<uint8_t> bytes = BigStepBytes(step);
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  return WriteSnapshot(store, step, {{1, "param", DType::kUInt8, {size}, std::move(bytes)}}).status();
 }
 
 ::testing::AssertionResult HoldsBigSteps(Store& store, const std::vector<int64_t>& steps) {
@@ -422,7 +419,7 @@ TEST(DiskFullTest, RealTmpfsFillsUpThenRecoversAfterGrowing) {
   // 256 KiB of incompressible bytes per step: the 2 MiB file system fills
   // after a few steps.
   auto big = [](int64_t step) {
-    std::vector<uint8_t> bytes = StepTensors(step)[0].bytes;
+    std::vector<uint8_t> bytes = StepTensors(step)[0].data;
     std::vector<uint8_t> out;
     for (int i = 0; out.size() < (256u << 10); ++i) {
       for (uint8_t b : bytes) out.push_back(static_cast<uint8_t>(b ^ (i * 131 + 7)));
@@ -431,12 +428,9 @@ TEST(DiskFullTest, RealTmpfsFillsUpThenRecoversAfterGrowing) {
     return out;
   };
   auto write = [&](Store& store, int64_t step) -> Status {
-    TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
-    const std::vector<uint8_t> bytes = big(step);
-    TensorView v{1, "param", DType::kUInt8, {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size(), {}};
-    TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(v));
-    auto info = writer->Commit();
-    return info.ok() ? Status::OK() : info.status();
+    std::vector<uint8_t> bytes = big(step);
+    const int64_t size = static_cast<int64_t>(bytes.size());
+    return WriteSnapshot(store, step, {{1, "param", DType::kUInt8, {size}, std::move(bytes)}}).status();
   };
   auto intact = [&](Store& store, int64_t step) {
     auto r = store.Tensor(step, 1, "param");

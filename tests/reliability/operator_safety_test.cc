@@ -25,25 +25,19 @@
 #include "store/rocks_store.h"
 #include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
+#include "testing/file_contents.h"
 
 namespace trainsnap::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Every entry under `dir` (relative path) -> its bytes ("<dir>" for a directory).
 std::map<std::string, std::string> Fingerprint(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string rel = fs::relative(e.path(), dir).string();
-    out[rel] = e.is_directory() ? "<dir>" : Slurp(e.path());
+    out[rel] = e.is_directory() ? "<dir>" : FileContents(e.path());
   }
   return out;
 }
@@ -112,7 +106,7 @@ TEST(OpenSafetyTest, StoreWithoutCurrentIsRefusedAndKeepsEveryFile) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   ASSERT_NO_FATAL_FAILURE(BuildDamageBaseline(path));
-  const std::string current = Slurp(fs::path(path) / "CURRENT");
+  const std::string current = FileContents(fs::path(path) / "CURRENT");
   fs::remove(fs::path(path) / "CURRENT");
   ExpectRefusedAndUnchanged(path, {StatusCode::kCorruption, "a trainsnap store whose CURRENT file is missing"});
   // Nothing was deleted: with CURRENT back, every snapshot is there.
@@ -345,7 +339,7 @@ TEST(RepairTest, LeftoverTensorRecordsAreDeletedAndNothingLiveIsLost) {
   const std::string path = dir.Sub("s");
   ASSERT_NO_FATAL_FAILURE(WriteSteps(path, 3));
   // Leftovers of a deleted step 100: step 2's tensor records under step 100.
-  for (const StepTensor& t : StepTensors(2)) {
+  for (const TensorSpec& t : StepTensors(2)) {
     auto value = RawGet(path, "tensors", internal::EncodeTensorKey(2, t.param_id, "param"));
     ASSERT_TRUE(value.has_value());
     RawWrite(path, "tensors", internal::EncodeTensorKey(100, t.param_id, "param"), &*value);

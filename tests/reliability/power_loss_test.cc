@@ -81,10 +81,7 @@ TEST(PowerLossTest, WithoutCloseEveryImageHoldsExactlyTheCommittedSnapshots) {
         // Power loss with the chunks of `step` written but not committed.
         auto writer = (*store)->BeginSnapshot(step);
         ASSERT_TRUE(writer.ok());
-        for (const StepTensor& t : StepTensors(step)) {
-          TensorView v{t.param_id, "param", t.dtype, t.shape, t.bytes.data(), t.bytes.size(), {}};
-          ASSERT_TRUE((*writer)->AddTensor(v).ok());
-        }
+        ASSERT_TRUE(AddTensors(**writer, StepTensors(step)).ok());
         take(step);
         (*writer)->SetManifest(StepManifest(step));
         auto info = (*writer)->Commit();

@@ -50,35 +50,16 @@ std::vector<rocksdb::ColumnFamilyDescriptor> StoreColumnFamilies(const std::stri
 
 }  // namespace
 
-std::vector<StepTensor> StepTensors(int64_t step) {
+std::vector<TensorSpec> StepTensors(int64_t step) {
   const uint64_t s = static_cast<uint64_t>(step);
-  std::vector<StepTensor> out(kTensorsPerStep);
-  out[0] = {1, DType::kFloat32, {1500}, Bytes(s * 1000 + 1, 1500 * 4)};
-  out[1] = {2, DType::kFloat32, {64, 16}, Bytes(424242, 64 * 16 * 4)};
-  out[2] = {3, DType::kInt64, {3}, Bytes(s * 1000 + 3, 3 * 8)};
+  std::vector<TensorSpec> out(kTensorsPerStep);
+  out[0] = {1, "param", DType::kFloat32, {1500}, Bytes(s * 1000 + 1, 1500 * 4)};
+  out[1] = {2, "param", DType::kFloat32, {64, 16}, Bytes(424242, 64 * 16 * 4)};
+  out[2] = {3, "param", DType::kInt64, {3}, Bytes(s * 1000 + 3, 3 * 8)};
   return out;
 }
 
 std::string StepManifest(int64_t step) { return "manifest of step " + std::to_string(step); }
-
-Status WriteStep(Store& store, int64_t step, bool commit) {
-  TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
-  const std::vector<StepTensor> tensors = StepTensors(step);
-  for (const StepTensor& t : tensors) {
-    TensorView v;
-    v.param_id = t.param_id;
-    v.role = "param";
-    v.dtype = t.dtype;
-    v.shape = t.shape;
-    v.data = t.bytes.data();
-    v.size_bytes = t.bytes.size();
-    TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(v));
-  }
-  writer->SetManifest(StepManifest(step));
-  if (!commit) return Status::OK();
-  auto info = writer->Commit();
-  return info.ok() ? Status::OK() : info.status();
-}
 
 ::testing::AssertionResult StepIsIntact(Store& store, int64_t step) {
   auto manifest = store.Manifest(step);
@@ -86,22 +67,22 @@ Status WriteStep(Store& store, int64_t step, bool commit) {
   if (*manifest != StepManifest(step)) return ::testing::AssertionFailure() << "step " << step << ": wrong manifest";
   auto records = store.Tensors(step);
   if (!records.ok()) return ::testing::AssertionFailure() << "step " << step << ": " << records.status().ToString();
-  const std::vector<StepTensor> expected = StepTensors(step);
+  const std::vector<TensorSpec> expected = StepTensors(step);
   if (records->size() != expected.size()) {
     return ::testing::AssertionFailure() << "step " << step << ": " << records->size() << " tensor records, expected "
                                          << expected.size();
   }
   for (size_t i = 0; i < expected.size(); ++i) {
     const TensorRecord& r = (*records)[i];
-    const StepTensor& e = expected[i];
+    const TensorSpec& e = expected[i];
     if (r.param_id != e.param_id || r.role != "param" || r.dtype != e.dtype || r.shape != e.shape ||
-        r.bytes != e.bytes.size()) {
+        r.bytes != e.data.size()) {
       return ::testing::AssertionFailure() << "step " << step << ": tensor " << i << " has the wrong record";
     }
     std::vector<uint8_t> got(r.bytes);
     Status s = store.ReadTensor(r, got.data(), got.size());
     if (!s.ok()) return ::testing::AssertionFailure() << "step " << step << ": " << s.ToString();
-    if (got != e.bytes) return ::testing::AssertionFailure() << "step " << step << ": tensor " << i << " differs";
+    if (got != e.data) return ::testing::AssertionFailure() << "step " << step << ": tensor " << i << " differs";
   }
   return ::testing::AssertionSuccess();
 }

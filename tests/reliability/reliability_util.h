@@ -26,20 +26,17 @@ namespace trainsnap::testing {
 inline constexpr int kTensorsPerStep = 3;
 inline constexpr size_t kTestChunkBytes = 4096;
 
-struct StepTensor {
-  uint64_t param_id = 0;
-  DType dtype = DType::kUnknown;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-// The tensors of `step`, a deterministic function of the step.
-std::vector<StepTensor> StepTensors(int64_t step);
+// The tensors of `step` (role "param"), a deterministic function of the step.
+std::vector<TensorSpec> StepTensors(int64_t step);
 std::string StepManifest(int64_t step);
 
-// BeginSnapshot + AddTensor for every tensor + SetManifest + Commit. Returns
-// the first error. With commit = false the writer is destroyed uncommitted.
-Status WriteStep(Store& store, int64_t step, bool commit = true);
+// Step `step`'s snapshot (StepTensors, StepManifest) through the kit's
+// WriteSnapshot; with commit = false, WriteUncommitted (the writer is
+// destroyed uncommitted). The first error.
+inline Status WriteStep(Store& store, int64_t step, bool commit = true) {
+  if (!commit) return WriteUncommitted(store, step, StepTensors(step), StepManifest(step));
+  return WriteSnapshot(store, step, StepTensors(step), StepManifest(step)).status();
+}
 
 // Manifest, tensor records and every tensor's bytes of `step` equal
 // StepTensors(step)/StepManifest(step) bit for bit.

@@ -24,6 +24,7 @@
 #include "store/keys.h"
 #include "store/rocks_store.h"
 #include "testing/temp_dir.h"
+#include "testing/file_contents.h"
 
 namespace trainsnap::testing {
 namespace {
@@ -37,13 +38,6 @@ struct CliRun {
   int exit_code = -1;  // -1: did not exit normally
   std::string out, err;
 };
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 constexpr int kExitError = 1;
 constexpr uid_t kNobody = 65534;
@@ -80,8 +74,8 @@ CliRun RunCli(const std::vector<std::string>& args, const std::string& scratch, 
     return run;
   }
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = Slurp(out_path);
-  run.err = Slurp(err_path);
+  run.out = FileContents(out_path);
+  run.err = FileContents(err_path);
   return run;
 }
 
@@ -228,12 +222,9 @@ TEST_F(VerifyCliTest, EveryDamagedTableFileIsNamed) {
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
     for (int64_t step = 1; step <= 4; ++step) {
       for (size_t i = 0; i < values.size(); i += 64) values[i] += 1.0f;
-      auto writer = (*store)->BeginSnapshot(step);
-      ASSERT_TRUE(writer.ok());
-      TensorView v{1, "param", DType::kFloat32, {static_cast<int64_t>(values.size())}, values.data(),
-                   values.size() * sizeof(float), {}};
-      ASSERT_TRUE((*writer)->AddTensor(v).ok());
-      ASSERT_TRUE((*writer)->Commit().ok());
+      ASSERT_TRUE(WriteSnapshot(**store, step,
+                                {{1, "param", DType::kFloat32, {static_cast<int64_t>(values.size())}, FloatBytes(values)}})
+                      .ok());
     }
   }
   FlushStore(deltas);
@@ -273,7 +264,7 @@ TEST_F(VerifyCliTest, EveryDamagedTableFileIsNamed) {
 TEST_F(VerifyCliTest, RepairDeletesLeftoversAndKeepsEverySnapshot) {
   const std::string path = dir_.Sub("leftovers");
   CopyDir(base_, path);
-  for (const StepTensor& t : StepTensors(3)) {
+  for (const TensorSpec& t : StepTensors(3)) {
     auto value = RawGet(path, "tensors", internal::EncodeTensorKey(3, t.param_id, "param"));
     ASSERT_TRUE(value.has_value());
     RawWrite(path, "tensors", internal::EncodeTensorKey(50, t.param_id, "param"), &*value);

@@ -29,13 +29,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The kit's TestStoreOptions, chunks stored raw (uncompressed).
 StoreOptions RawChunks(bool sync = false) {
-  StoreOptions o;
-  o.chunk_bytes = 4096;
+  StoreOptions o = TestStoreOptions(sync);
   o.compress = false;
-  o.sync = sync;
-  o.threads = 2;
-  o.reserve_bytes = 0;
   return o;
 }
 

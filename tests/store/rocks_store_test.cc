@@ -22,6 +22,7 @@
 #include "store/keys.h"
 #include "common/thread_priority.h"
 #include "store_test_util.h"
+#include "testing/store_test.h"
 #include "testing/temp_dir.h"
 #include "testing/fault_injection_fs.h"
 #include "trainsnap/store.h"
@@ -31,15 +32,15 @@ namespace {
 
 using namespace trainsnap::testing;
 
-TEST(RocksStoreTest, WriteThenReadBitExact) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_FALSE((*store)->read_only());
-  EXPECT_EQ((*store)->chunk_bytes(), 4096u);
+using RocksStoreTest = StoreTest;
+
+TEST_F(RocksStoreTest, WriteThenReadBitExact) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+  EXPECT_FALSE(store_->read_only());
+  EXPECT_EQ(store_->chunk_bytes(), 4096u);
   auto a = RandomFloats(5000, 1);  // 20000 bytes: 4 full chunks + a 3616-byte tail
   auto b = RandomFloats(3, 2);
-  auto info = WriteSnapshot(**store, 10, {{1, &a}, {2, &b}}, "manifest-10");
+  auto info = WriteSnapshot(*store_, 10, {{1, &a}, {2, &b}}, "manifest-10");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->step, 10);
   EXPECT_EQ(info->tensors, 2u);
@@ -49,13 +50,13 @@ TEST(RocksStoreTest, WriteThenReadBitExact) {
   EXPECT_EQ(info->new_bytes, info->stored_bytes);
   EXPECT_EQ(info->manifest_bytes, 11u);
 
-  EXPECT_EQ(ReadFloats(**store, 10, 1), a);
-  EXPECT_EQ(ReadFloats(**store, 10, 2), b);
-  auto manifest = (*store)->Manifest(10);
+  EXPECT_EQ(ReadFloats(*store_, 10, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 10, 2), b);
+  auto manifest = store_->Manifest(10);
   ASSERT_TRUE(manifest.ok());
   EXPECT_EQ(*manifest, "manifest-10");
 
-  auto tensors = (*store)->Tensors(10);
+  auto tensors = store_->Tensors(10);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   ASSERT_EQ(tensors->size(), 2u);
   EXPECT_EQ((*tensors)[0].param_id, 1u);
@@ -66,45 +67,41 @@ TEST(RocksStoreTest, WriteThenReadBitExact) {
   EXPECT_EQ((*tensors)[0].chunks[4].raw_bytes, 20000u - 4 * 4096u);
   EXPECT_EQ((*tensors)[1].param_id, 2u);
 
-  auto stored = (*store)->Info(10);
+  auto stored = store_->Info(10);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->stored_bytes, info->stored_bytes);
   EXPECT_EQ(stored->created_unix_ms, info->created_unix_ms);
 }
 
-TEST(RocksStoreTest, ListLatestAndNegativeSteps) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
-  auto latest = (*store)->Latest();
+TEST_F(RocksStoreTest, ListLatestAndNegativeSteps) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+  auto latest = store_->Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());
   auto a = RandomFloats(10, 3);
-  for (int64_t step : {5, -3, 100, 0, 7}) ASSERT_TRUE(WriteSnapshot(**store, step, {{1, &a}}).ok());
-  auto list = (*store)->List();
+  for (int64_t step : {5, -3, 100, 0, 7}) ASSERT_TRUE(WriteSnapshot(*store_, step, {{1, &a}}).ok());
+  auto list = store_->List();
   ASSERT_TRUE(list.ok());
   std::vector<int64_t> steps;
   for (const auto& i : *list) steps.push_back(i.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{-3, 0, 5, 7, 100}));
-  latest = (*store)->Latest();
+  latest = store_->Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(latest->value(), 100);
 }
 
-TEST(RocksStoreTest, DedupWritesNothingTheSecondTime) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, DedupWritesNothingTheSecondTime) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(5000, 4);
-  auto first = WriteSnapshot(**store, 1, {{1, &a}});
+  auto first = WriteSnapshot(*store_, 1, {{1, &a}});
   ASSERT_TRUE(first.ok());
-  auto second = WriteSnapshot(**store, 2, {{1, &a}});
+  auto second = WriteSnapshot(*store_, 2, {{1, &a}});
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->new_chunks, 0u);
   EXPECT_EQ(second->new_bytes, 0u);
   EXPECT_EQ(second->chunks, 5u);
   EXPECT_EQ(second->stored_bytes, first->stored_bytes);
-  auto stats = (*store)->Stats();
+  auto stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->chunks, 5u);
   EXPECT_EQ(stats->chunk_stored_bytes, first->new_bytes);
@@ -112,68 +109,62 @@ TEST(RocksStoreTest, DedupWritesNothingTheSecondTime) {
   // One changed element rewrites exactly one chunk.
   auto b = a;
   b[4500] += 1.f;
-  auto third = WriteSnapshot(**store, 3, {{1, &b}});
+  auto third = WriteSnapshot(*store_, 3, {{1, &b}});
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(third->new_chunks, 1u);
-  EXPECT_EQ(ReadFloats(**store, 3, 1), b);
-  EXPECT_EQ(ReadFloats(**store, 2, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 3, 1), b);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), a);
 }
 
-TEST(RocksStoreTest, CommitExistingStepNeedsReplace) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, CommitExistingStepNeedsReplace) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(100, 5);
   auto b = RandomFloats(50, 6);
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}, {2, &a}}, "old").ok());
-  auto again = WriteSnapshot(**store, 1, {{1, &b}});
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}, {2, &a}}, "old").ok());
+  auto again = WriteSnapshot(*store_, 1, {{1, &b}});
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(ReadFloats(**store, 1, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 1, 1), a);
 
   SnapshotOptions replace;
   replace.replace_existing = true;
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &b}}, "new", replace).ok());
-  EXPECT_EQ(ReadFloats(**store, 1, 1), b);
-  auto tensors = (*store)->Tensors(1);
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &b}}, "new", replace).ok());
+  EXPECT_EQ(ReadFloats(*store_, 1, 1), b);
+  auto tensors = store_->Tensors(1);
   ASSERT_TRUE(tensors.ok());
   EXPECT_EQ(tensors->size(), 1u);  // param 2 of the old snapshot is gone
-  EXPECT_EQ((*store)->Manifest(1).value(), "new");
+  EXPECT_EQ(store_->Manifest(1).value(), "new");
 }
 
-TEST(RocksStoreTest, NotFoundErrors) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, NotFoundErrors) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(10, 8);
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
-  EXPECT_EQ((*store)->Info(2).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Manifest(2).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Tensors(2).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Tensor(1, 2, "param").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Tensor(1, 1, "grad").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Delete(2).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
+  EXPECT_EQ(store_->Info(2).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Manifest(2).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Tensors(2).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Tensor(1, 2, "param").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Tensor(1, 1, "grad").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Delete(2).code(), StatusCode::kNotFound);
   StoreOptions no_create;
   no_create.create_if_missing = false;
-  EXPECT_EQ(Store::Open(dir.Sub("missing"), no_create).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Store::OpenReadOnly(dir.Sub("missing")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Store::Open(dir_.Sub("missing"), no_create).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Store::OpenReadOnly(dir_.Sub("missing")).status().code(), StatusCode::kNotFound);
 }
 
-TEST(RocksStoreTest, DeleteHidesSnapshotAndKeepsOthers) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, DeleteHidesSnapshotAndKeepsOthers) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(2000, 9);
   auto b = RandomFloats(2000, 10);
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
-  ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}).ok());
-  ASSERT_TRUE((*store)->Delete(1).ok());
-  EXPECT_EQ((*store)->Info(1).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ((*store)->Tensor(1, 1, "param").status().code(), StatusCode::kNotFound);
-  auto list = (*store)->List();
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
+  ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &b}}).ok());
+  ASSERT_TRUE(store_->Delete(1).ok());
+  EXPECT_EQ(store_->Info(1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Tensor(1, 1, "param").status().code(), StatusCode::kNotFound);
+  auto list = store_->List();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].step, 2);
-  EXPECT_EQ(ReadFloats(**store, 2, 1), b);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), b);
 }
 
 std::vector<int64_t> Steps(Store& store) {
@@ -192,32 +183,30 @@ uint64_t StoredBytes(const TensorRecord& r) {
   return sum;
 }
 
-TEST(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(3000, 11);  // 3 chunks, shared by both snapshots
   auto b = RandomFloats(5000, 12);  // 5 chunks, only in step 1
   auto c = RandomFloats(1000, 13);  // 1 chunk, only in step 2
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}, {2, &b}}).ok());
-  ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &a}, {3, &c}}).ok());
-  auto b_record = (*store)->Tensor(1, 2, "param");
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}, {2, &b}}).ok());
+  ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &a}, {3, &c}}).ok());
+  auto b_record = store_->Tensor(1, 2, "param");
   ASSERT_TRUE(b_record.ok());
 
-  auto nothing = (*store)->CollectGarbage();
+  auto nothing = store_->CollectGarbage();
   ASSERT_TRUE(nothing.ok());
   EXPECT_EQ(nothing->chunks_scanned, 9u);
   EXPECT_EQ(nothing->chunks_deleted, 0u);
   EXPECT_EQ(nothing->chunks_live, 9u);
 
-  ASSERT_TRUE((*store)->Delete(1).ok());
-  auto before = (*store)->Stats();
+  ASSERT_TRUE(store_->Delete(1).ok());
+  auto before = store_->Stats();
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(before->collectable_chunks, 5u);
   EXPECT_EQ(before->collectable_bytes, StoredBytes(*b_record));
 
   std::vector<std::pair<uint64_t, uint64_t>> progress;
-  auto gc = (*store)->CollectGarbage([&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); });
+  auto gc = store_->CollectGarbage([&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); });
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
   EXPECT_EQ(gc->chunks_scanned, 9u);
   EXPECT_EQ(gc->chunks_deleted, 5u);
@@ -226,32 +215,30 @@ TEST(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
   ASSERT_EQ(progress.size(), 9u);
   EXPECT_EQ(progress.back().first, 9u);
 
-  auto after = (*store)->Stats();
+  auto after = store_->Stats();
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->chunks, 4u);
   EXPECT_EQ(after->collectable_chunks, 0u);
   EXPECT_EQ(after->chunk_stored_bytes, before->chunk_stored_bytes - StoredBytes(*b_record));
-  EXPECT_EQ(ReadFloats(**store, 2, 1), a);
-  EXPECT_EQ(ReadFloats(**store, 2, 3), c);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 2, 3), c);
   // The deleted tensor's chunks are gone for real.
   std::vector<float> out(b.size());
-  EXPECT_EQ((*store)->ReadTensor(*b_record, out.data(), b.size() * 4).code(), StatusCode::kCorruption);
+  EXPECT_EQ(store_->ReadTensor(*b_record, out.data(), b.size() * 4).code(), StatusCode::kCorruption);
 }
 
-TEST(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(2000, 14);
   auto d = RandomFloats(2000, 15);
-  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
+  ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
 
-  auto writer = (*store)->BeginSnapshot(2);
+  auto writer = store_->BeginSnapshot(2);
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->AddTensor(View(1, "param", a)).ok());  // dedups against step 1
   ASSERT_TRUE((*writer)->AddTensor(View(2, "param", d)).ok());  // new, uncommitted
-  ASSERT_TRUE((*store)->Delete(1).ok());
-  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(store_->Delete(1).ok());
+  auto gc = store_->CollectGarbage();
   ASSERT_TRUE(gc.ok());
   // The index holds committed chunks only: step 1's two, pinned by the
   // writer. Its two new chunks are in the pack, indexed by its commit; the
@@ -262,82 +249,78 @@ TEST(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
   EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
   ASSERT_TRUE((*writer)->Commit().ok());
   writer->reset();
-  EXPECT_EQ(ReadFloats(**store, 2, 1), a);
-  EXPECT_EQ(ReadFloats(**store, 2, 2), d);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 2, 2), d);
 
   // An abandoned writer's chunks were never indexed: unreferenced pack
   // bytes (its 3 chunks, alone in the pack begun after the last gc), which
   // the next collection deletes with their pack.
   auto e = RandomFloats(3000, 16);
-  auto abandoned = (*store)->BeginSnapshot(3);
+  auto abandoned = store_->BeginSnapshot(3);
   ASSERT_TRUE(abandoned.ok());
   ASSERT_TRUE((*abandoned)->AddTensor(View(1, "param", e)).ok());
   abandoned->reset();
-  EXPECT_EQ((*store)->Info(3).status().code(), StatusCode::kNotFound);
-  auto stats = (*store)->Stats();
+  EXPECT_EQ(store_->Info(3).status().code(), StatusCode::kNotFound);
+  auto stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->packs, 2u);
   const uint64_t abandoned_bytes = stats->pack_garbage_bytes;
   EXPECT_GE(abandoned_bytes, 3 * 16u + 1000u);  // 3 chunk headers and 12000 raw bytes, maybe compressed
   EXPECT_LE(abandoned_bytes, 3 * 16u + 12000u);
   const uint64_t pack_bytes_before = stats->pack_bytes;
-  gc = (*store)->CollectGarbage();
+  gc = store_->CollectGarbage();
   ASSERT_TRUE(gc.ok());
   EXPECT_EQ(gc->chunks_scanned, 4u);
   EXPECT_EQ(gc->chunks_deleted, 0u);
   EXPECT_EQ(gc->packs_removed, 1u);
   EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
   EXPECT_EQ(gc->pack_bytes_freed, 8 + abandoned_bytes);
-  stats = (*store)->Stats();
+  stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->packs, 1u);
   EXPECT_EQ(stats->pack_bytes, pack_bytes_before - 8 - abandoned_bytes);
   EXPECT_EQ(stats->pack_garbage_bytes, 0u);
-  EXPECT_EQ(ReadFloats(**store, 2, 2), d);
+  EXPECT_EQ(ReadFloats(*store_, 2, 2), d);
 }
 
-TEST(RocksStoreTest, RollbackDeletesLaterSnapshots) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, RollbackDeletesLaterSnapshots) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   std::vector<std::vector<float>> data;
   for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 20 + i));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{7, &data[i]}}).ok());
-  EXPECT_EQ((*store)->Rollback(10).code(), StatusCode::kNotFound);
-  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1, 2, 3, 4, 5}));
-  ASSERT_TRUE((*store)->Rollback(3).ok());
-  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{1, 2, 3}));
-  EXPECT_EQ((*store)->Latest().value(), std::optional<int64_t>(3));
-  EXPECT_EQ((*store)->Tensor(4, 7, "param").status().code(), StatusCode::kNotFound);
-  ASSERT_TRUE((*store)->Rollback(3).ok());  // nothing later: no-op
-  auto gc = (*store)->CollectGarbage();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{7, &data[i]}}).ok());
+  EXPECT_EQ(store_->Rollback(10).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  ASSERT_TRUE(store_->Rollback(3).ok());
+  EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(store_->Latest().value(), std::optional<int64_t>(3));
+  EXPECT_EQ(store_->Tensor(4, 7, "param").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->Rollback(3).ok());  // nothing later: no-op
+  auto gc = store_->CollectGarbage();
   ASSERT_TRUE(gc.ok());
   EXPECT_EQ(gc->chunks_deleted, 2u);
-  EXPECT_EQ(ReadFloats(**store, 3, 7), data[2]);
+  EXPECT_EQ(ReadFloats(*store_, 3, 7), data[2]);
   // Training continues from step 3: step 4 can be written again.
-  ASSERT_TRUE(WriteSnapshot(**store, 4, {{7, &data[0]}}).ok());
-  EXPECT_EQ(ReadFloats(**store, 4, 7), data[0]);
+  ASSERT_TRUE(WriteSnapshot(*store_, 4, {{7, &data[0]}}).ok());
+  EXPECT_EQ(ReadFloats(*store_, 4, 7), data[0]);
 }
 
-TEST(RocksStoreTest, ReopenKeepsEverything) {
-  TempDir dir;
+TEST_F(RocksStoreTest, ReopenKeepsEverything) {
   auto a = RandomFloats(300000, 30);  // 1.2 MB: two chunks of the default 1 MiB
   auto b = RandomFloats(10, 31);
   std::vector<SnapshotInfo> infos;
   {
     StoreOptions o;
     o.sync = false;
-    auto store = Store::Open(dir.Sub("s"), o);
-    ASSERT_TRUE(store.ok());
-    EXPECT_EQ((*store)->chunk_bytes(), size_t{1} << 20);
-    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}, {2, &b}}, "one").ok());
-    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}, "two").ok());
-    infos = (*store)->List().value();
+    ASSERT_NO_FATAL_FAILURE(OpenStore(o));
+    EXPECT_EQ(store_->chunk_bytes(), size_t{1} << 20);
+    ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}, {2, &b}}, "one").ok());
+    ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &b}}, "two").ok());
+    infos = store_->List().value();
+    store_.reset();
   }
-  auto store = Store::Open(dir.Sub("s"));
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_EQ((*store)->chunk_bytes(), size_t{1} << 20);
-  auto again = (*store)->List();
+  ASSERT_NO_FATAL_FAILURE(OpenStore(StoreOptions()));
+  EXPECT_EQ(store_->chunk_bytes(), size_t{1} << 20);
+  auto again = store_->List();
   ASSERT_TRUE(again.ok());
   ASSERT_EQ(again->size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -347,15 +330,15 @@ TEST(RocksStoreTest, ReopenKeepsEverything) {
     EXPECT_EQ((*again)[i].new_bytes, infos[i].new_bytes);
     EXPECT_EQ((*again)[i].manifest_bytes, infos[i].manifest_bytes);
   }
-  EXPECT_EQ(ReadFloats(**store, 1, 1), a);
-  EXPECT_EQ(ReadFloats(**store, 1, 2), b);
-  EXPECT_EQ((*store)->Manifest(2).value(), "two");
+  EXPECT_EQ(ReadFloats(*store_, 1, 1), a);
+  EXPECT_EQ(ReadFloats(*store_, 1, 2), b);
+  EXPECT_EQ(store_->Manifest(2).value(), "two");
   // Dedup works against chunks written before the reopen.
-  auto third = WriteSnapshot(**store, 3, {{1, &a}});
+  auto third = WriteSnapshot(*store_, 3, {{1, &a}});
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(third->new_chunks, 0u);
   EXPECT_EQ(third->stored_bytes, (*again)[0].stored_bytes - (*again)[1].stored_bytes);
-  auto stats = (*store)->Stats();
+  auto stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->snapshots, 3u);
   EXPECT_EQ(stats->chunks, 3u);
@@ -371,18 +354,18 @@ TEST(RocksStoreTest, ReopenKeepsEverything) {
   EXPECT_EQ(stats->pack_garbage_bytes, 0u);
   EXPECT_LT(stats->wal_bytes, 16u << 10);
   // gc flushes: the index goes to table files; the pack, all live, stays.
-  auto gc = (*store)->CollectGarbage();
+  auto gc = store_->CollectGarbage();
   ASSERT_TRUE(gc.ok());
   EXPECT_EQ(gc->packs_removed, 0u);
   EXPECT_EQ(gc->pack_bytes_rewritten, 0u);
-  stats = (*store)->Stats();
+  stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->pack_bytes, 8 + infos[0].new_bytes + infos[1].new_bytes);
   EXPECT_GT(stats->sst_bytes, 0u);
   EXPECT_EQ(stats->wal_bytes, 0u);
 }
 
-TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
+TEST_F(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
   TempDir dir;
   {
     auto store = Store::Open(dir.Sub("s"), SmallChunks());
@@ -417,7 +400,7 @@ TEST(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
   EXPECT_EQ(Store::OpenReadOnly(dir.Sub("s")).status().code(), StatusCode::kNotSupported);
 }
 
-TEST(RocksStoreTest, SecondWriterInProcessIsBusy) {
+TEST_F(RocksStoreTest, SecondWriterInProcessIsBusy) {
   TempDir dir;
   auto first = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(first.ok());
@@ -429,7 +412,7 @@ TEST(RocksStoreTest, SecondWriterInProcessIsBusy) {
 // Exit codes of the child below; 0 = every check passed.
 enum ChildExit { kChildOk = 0, kChildNotBusy = 10, kChildReadOnlyFailed = 11, kChildWrongSnapshots = 12 };
 
-TEST(RocksStoreTest, SecondWriterProcessIsBusyAndReadersSeeCommits) {
+TEST_F(RocksStoreTest, SecondWriterProcessIsBusyAndReadersSeeCommits) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   int ready[2];
@@ -467,7 +450,7 @@ TEST(RocksStoreTest, SecondWriterProcessIsBusyAndReadersSeeCommits) {
   close(ready[1]);
 }
 
-TEST(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
+TEST_F(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   auto writer_store = Store::Open(path, SmallChunks());
@@ -522,18 +505,17 @@ TEST(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   EXPECT_EQ((*reader)->Prune({1, 0}).status().code(), StatusCode::kNotSupported);
 }
 
-TEST(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
-  TempDir dir;
-  const std::string path = dir.Sub("s");
+TEST_F(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
+  const std::string path = StorePath();
   auto a = RandomFloats(3000, 60);  // 12000 bytes: chunks of 4096, 4096, 3808
   auto b = RandomFloats(3000, 61);
   TensorRecord victim;
   {
-    auto store = Store::Open(path, SmallChunks());
-    ASSERT_TRUE(store.ok());
-    ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
-    ASSERT_TRUE(WriteSnapshot(**store, 2, {{1, &b}}).ok());
-    victim = (*store)->Tensor(1, 1, "param").value();
+    ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+    ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
+    ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &b}}).ok());
+    victim = store_->Tensor(1, 1, "param").value();
+    store_.reset();
   }
   {
     RawDb raw(path);
@@ -541,9 +523,8 @@ TEST(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
     // A byte in the middle of chunk 1's payload (past the 16-byte header).
     raw.FlipChunkByte(victim.chunks[1].hash, 100);
   }
-  auto store = Store::Open(path, SmallChunks());
-  ASSERT_TRUE(store.ok());
-  auto report = (*store)->Verify();
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+  auto report = store_->Verify();
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->snapshots, 2u);
   EXPECT_EQ(report->tensors, 2u);
@@ -561,20 +542,20 @@ TEST(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
   EXPECT_NE(p.status.message().find("step 1: tensor param_id 0x0000000000000001 role param: chunk 1"), std::string::npos)
       << p.status.message();
 
-  auto only_two = (*store)->Verify(2);
+  auto only_two = store_->Verify(2);
   ASSERT_TRUE(only_two.ok());
   EXPECT_TRUE(only_two->ok());
   EXPECT_EQ(only_two->snapshots, 1u);
-  EXPECT_EQ((*store)->Verify(3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Verify(3).status().code(), StatusCode::kNotFound);
 
   std::vector<float> out(a.size());
-  Status read = (*store)->ReadTensor(victim, out.data(), a.size() * 4);
+  Status read = store_->ReadTensor(victim, out.data(), a.size() * 4);
   EXPECT_EQ(read.code(), StatusCode::kCorruption);
   EXPECT_NE(read.message().find(victim.chunks[1].hash.Hex()), std::string::npos) << read.message();
-  EXPECT_EQ(ReadFloats(**store, 2, 1), b);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), b);
 }
 
-TEST(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
+TEST_F(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   std::vector<uint8_t> noise(10000);
@@ -614,16 +595,15 @@ TEST(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
       << read.message();
 }
 
-TEST(RocksStoreTest, MissingChunkIsReported) {
-  TempDir dir;
-  const std::string path = dir.Sub("s");
+TEST_F(RocksStoreTest, MissingChunkIsReported) {
+  const std::string path = StorePath();
   auto a = RandomFloats(2000, 80);
   TensorRecord record;
   {
-    auto store = Store::Open(path, SmallChunks());
-    ASSERT_TRUE(store.ok());
-    ASSERT_TRUE(WriteSnapshot(**store, 4, {{2, &a}}).ok());
-    record = (*store)->Tensor(4, 2, "param").value();
+    ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+    ASSERT_TRUE(WriteSnapshot(*store_, 4, {{2, &a}}).ok());
+    record = store_->Tensor(4, 2, "param").value();
+    store_.reset();
   }
   {
     RawDb raw(path);
@@ -631,59 +611,54 @@ TEST(RocksStoreTest, MissingChunkIsReported) {
     ASSERT_TRUE(
         raw.db()->Delete(rocksdb::WriteOptions(), raw.chunks(), internal::EncodeChunkKey(record.chunks[0].hash)).ok());
   }
-  auto store = Store::Open(path, SmallChunks());
-  ASSERT_TRUE(store.ok());
-  auto report = (*store)->Verify();
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+  auto report = store_->Verify();
   ASSERT_TRUE(report.ok());
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_EQ(report->problems[0].status.code(), StatusCode::kNotFound);
   EXPECT_EQ(report->problems[0].chunk_index, 0);
   EXPECT_EQ(report->problems[0].step, 4);
   std::vector<float> out(a.size());
-  EXPECT_EQ((*store)->ReadTensor(record, out.data(), a.size() * 4).code(), StatusCode::kCorruption);
+  EXPECT_EQ(store_->ReadTensor(record, out.data(), a.size() * 4).code(), StatusCode::kCorruption);
 }
 
-TEST(RocksStoreTest, PruneKeepsLastAndEvery) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, PruneKeepsLastAndEvery) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   std::vector<std::vector<float>> data;
   for (int i = 0; i < 10; ++i) data.push_back(RandomFloats(1000, 90 + i));
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &data[i]}}).ok());
-  auto none = (*store)->Prune({0, 0});
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{1, &data[i]}}).ok());
+  auto none = store_->Prune({0, 0});
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->deleted_steps.empty());
-  EXPECT_EQ(Steps(**store).size(), 10u);
-  auto report = (*store)->Prune({3, 4});
+  EXPECT_EQ(Steps(*store_).size(), 10u);
+  auto report = store_->Prune({3, 4});
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->deleted_steps, (std::vector<int64_t>{1, 2, 3, 5, 6, 7}));
   EXPECT_EQ(report->gc.chunks_deleted, 6u);
   EXPECT_EQ(report->gc.chunks_live, 4u);
-  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{4, 8, 9, 10}));
-  EXPECT_EQ(ReadFloats(**store, 4, 1), data[3]);
-  EXPECT_EQ((*store)->Prune({-1, 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{4, 8, 9, 10}));
+  EXPECT_EQ(ReadFloats(*store_, 4, 1), data[3]);
+  EXPECT_EQ(store_->Prune({-1, 0}).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(RocksStoreTest, RetentionAppliesAfterEveryCommit) {
-  TempDir dir;
+TEST_F(RocksStoreTest, RetentionAppliesAfterEveryCommit) {
   StoreOptions o = SmallChunks();
   o.retention.keep_last = 2;
-  auto store = Store::Open(dir.Sub("s"), o);
-  ASSERT_TRUE(store.ok());
+  ASSERT_NO_FATAL_FAILURE(OpenStore(o));
   auto shared = RandomFloats(1000, 100);
   std::vector<std::vector<float>> data;
   for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 101 + i));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, &data[i]}, {2, &shared}}).ok());
-  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{4, 5}));
-  auto stats = (*store)->Stats();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{1, &data[i]}, {2, &shared}}).ok());
+  EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{4, 5}));
+  auto stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->chunks, 3u);  // data[3], data[4], shared
   EXPECT_EQ(stats->collectable_chunks, 0u);
-  EXPECT_EQ(ReadFloats(**store, 4, 2), shared);
-  EXPECT_EQ(ReadFloats(**store, 5, 1), data[4]);
+  EXPECT_EQ(ReadFloats(*store_, 4, 2), shared);
+  EXPECT_EQ(ReadFloats(*store_, 5, 1), data[4]);
 }
 
-TEST(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
+TEST_F(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   auto fs = std::make_shared<FaultInjectionFS>();
@@ -724,10 +699,8 @@ TEST(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
   EXPECT_TRUE(verify->ok());
 }
 
-TEST(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   // A pool of contents that snapshots draw from, so that writers keep
   // deduplicating against chunks that deletes just made garbage.
   std::vector<std::vector<float>> contents;
@@ -736,7 +709,7 @@ TEST(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
   std::atomic<int> gc_runs{0};
   std::thread collector([&] {
     while (!done.load()) {
-      auto gc = (*store)->CollectGarbage();
+      auto gc = store_->CollectGarbage();
       EXPECT_TRUE(gc.ok()) << gc.status().ToString();
       ++gc_runs;
     }
@@ -744,29 +717,29 @@ TEST(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
   for (int step = 1; step <= 40; ++step) {
     const auto& x = contents[step % contents.size()];
     const auto& y = contents[(step * 7) % contents.size()];
-    ASSERT_TRUE(WriteSnapshot(**store, step, {{1, &x}, {2, &y}}).ok());
+    ASSERT_TRUE(WriteSnapshot(*store_, step, {{1, &x}, {2, &y}}).ok());
     if (step > 2) {
-      ASSERT_TRUE((*store)->Delete(step - 2).ok());
+      ASSERT_TRUE(store_->Delete(step - 2).ok());
     }
-    EXPECT_EQ(ReadFloats(**store, step, 1), x);
-    EXPECT_EQ(ReadFloats(**store, step, 2), y);
+    EXPECT_EQ(ReadFloats(*store_, step, 1), x);
+    EXPECT_EQ(ReadFloats(*store_, step, 2), y);
   }
   done = true;
   collector.join();
   EXPECT_GT(gc_runs.load(), 0);
-  EXPECT_EQ(Steps(**store), (std::vector<int64_t>{39, 40}));
-  auto verify = (*store)->Verify();
+  EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{39, 40}));
+  auto verify = store_->Verify();
   ASSERT_TRUE(verify.ok());
   EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
-  auto gc = (*store)->CollectGarbage();
+  auto gc = store_->CollectGarbage();
   ASSERT_TRUE(gc.ok());
-  auto stats = (*store)->Stats();
+  auto stats = store_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->collectable_chunks, 0u);
   // Exactly the chunks of the two remaining snapshots are left.
   std::set<std::string> live;
   for (int64_t step : {39, 40}) {
-    auto records = (*store)->Tensors(step);
+    auto records = store_->Tensors(step);
     ASSERT_TRUE(records.ok());
     for (const auto& r : *records) {
       for (const auto& c : r.chunks) live.insert(c.hash.Hex());
@@ -776,19 +749,17 @@ TEST(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
   EXPECT_EQ(stats->chunks, live.size());
 }
 
-TEST(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
-  TempDir dir;
-  auto store = Store::Open(dir.Sub("s"), SmallChunks());
-  ASSERT_TRUE(store.ok());
+TEST_F(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(4, 300);
-  auto writer = (*store)->BeginSnapshot(1);
+  auto writer = store_->BeginSnapshot(1);
   ASSERT_TRUE(writer.ok());
   for (auto [id, role] : std::vector<std::pair<uint64_t, std::string>>{
            {300, "param"}, {2, "param"}, {2, "exp_avg"}, {1ull << 40, "grad"}, {2, "exp_avg_sq"}}) {
     ASSERT_TRUE((*writer)->AddTensor(View(id, role, a)).ok());
   }
   ASSERT_TRUE((*writer)->Commit().ok());
-  auto tensors = (*store)->Tensors(1);
+  auto tensors = store_->Tensors(1);
   ASSERT_TRUE(tensors.ok());
   std::vector<std::pair<uint64_t, std::string>> order;
   for (const auto& t : *tensors) order.emplace_back(t.param_id, t.role);
@@ -796,7 +767,7 @@ TEST(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
                        {2, "exp_avg"}, {2, "exp_avg_sq"}, {2, "param"}, {300, "param"}, {1ull << 40, "grad"}}));
 }
 
-TEST(RocksStoreTest, OpenCreatesMissingParentDirectories) {
+TEST_F(RocksStoreTest, OpenCreatesMissingParentDirectories) {
   TempDir dir;
   const std::string path = dir.Sub("runs/lora/ckpt");
   auto store = Store::Open(path, SmallChunks());
@@ -807,7 +778,7 @@ TEST(RocksStoreTest, OpenCreatesMissingParentDirectories) {
   EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
 }
 
-TEST(RocksStoreTest, RejectsBadOptions) {
+TEST_F(RocksStoreTest, RejectsBadOptions) {
   TempDir dir;
   StoreOptions o;
   o.zstd_level = 42;
@@ -837,7 +808,7 @@ TEST(RocksStoreTest, RejectsBadOptions) {
 // A store of an older format (chunk values in RocksDB, versions 1..4) is
 // refused by every open with NotSupported naming both versions, and left as
 // it was.
-TEST(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
+TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   auto a = RandomFloats(3000, 21);
@@ -898,29 +869,26 @@ std::vector<int> WorkerNices(Store& store) {
   return nices;
 }
 
-TEST(RocksStoreTest, WorkerThreadsRunAtTheConfiguredNice) {
-  TempDir dir;
+TEST_F(RocksStoreTest, WorkerThreadsRunAtTheConfiguredNice) {
   const int base = internal::ThreadNice();
   StoreOptions o = SmallChunks();  // 2 threads
   o.worker_nice = 6;
   {
-    auto store = Store::Open(dir.Sub("s"), o);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_EQ(WorkerNices(**store), std::vector<int>(2, std::min(19, base + 6)));
+    ASSERT_NO_FATAL_FAILURE(OpenStore(o));
+    EXPECT_EQ(WorkerNices(*store_), std::vector<int>(2, std::min(19, base + 6)));
+    store_.reset();
   }
   o.worker_nice = 0;
-  auto store = Store::Open(dir.Sub("s"), o);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_EQ(WorkerNices(**store), std::vector<int>(2, base));
+  ASSERT_NO_FATAL_FAILURE(OpenStore(o));
+  EXPECT_EQ(WorkerNices(*store_), std::vector<int>(2, base));
   EXPECT_EQ(internal::ThreadNice(), base);  // the opening thread keeps its priority
   EXPECT_EQ(StoreOptions().worker_nice, 19);  // the documented default
 }
 
 // compress = false: every new chunk is its 16-byte header plus the raw bytes,
 // no deltas; chunks written either way read back after reopening either way.
-TEST(RocksStoreTest, UncompressedStoreWritesRawChunksAndReadsBothKinds) {
-  TempDir dir;
-  const std::string path = dir.Sub("s");
+TEST_F(RocksStoreTest, UncompressedStoreWritesRawChunksAndReadsBothKinds) {
+  const std::string path = StorePath();
   // Compressible: a ramp of small integers.
   std::vector<float> ramp(3000);
   for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i % 7);
@@ -929,34 +897,33 @@ TEST(RocksStoreTest, UncompressedStoreWritesRawChunksAndReadsBothKinds) {
   StoreOptions raw = SmallChunks();  // 4096-byte chunks: 3 chunks of 4096, 4096, 3808 bytes
   raw.compress = false;
   {
-    auto store = Store::Open(path, raw);
-    ASSERT_TRUE(store.ok());
-    auto first = WriteSnapshot(**store, 1, {{1, &ramp}});
+    ASSERT_NO_FATAL_FAILURE(OpenStore(raw));
+    auto first = WriteSnapshot(*store_, 1, {{1, &ramp}});
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     EXPECT_EQ(first->new_chunks, 3u);
     EXPECT_EQ(first->new_bytes, ramp.size() * sizeof(float) + 3 * 16);
-    auto second = WriteSnapshot(**store, 2, {{1, &drift}});
+    auto second = WriteSnapshot(*store_, 2, {{1, &drift}});
     ASSERT_TRUE(second.ok()) << second.status().ToString();
     EXPECT_EQ(second->new_chunks, 3u);
     EXPECT_EQ(second->new_bytes, drift.size() * sizeof(float) + 3 * 16);  // raw, not a delta
+    store_.reset();
   }
   StoreOptions compressed = SmallChunks();
-  auto store = Store::Open(path, compressed);
-  ASSERT_TRUE(store.ok());
-  EXPECT_EQ(ReadFloats(**store, 1, 1), ramp);
-  EXPECT_EQ(ReadFloats(**store, 2, 1), drift);
+  ASSERT_NO_FATAL_FAILURE(OpenStore(compressed));
+  EXPECT_EQ(ReadFloats(*store_, 1, 1), ramp);
+  EXPECT_EQ(ReadFloats(*store_, 2, 1), drift);
   std::vector<float> next = ramp;
   next[5] = 42.0f;
-  auto third = WriteSnapshot(**store, 3, {{1, &next}});
+  auto third = WriteSnapshot(*store_, 3, {{1, &next}});
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(third->new_chunks, 1u);  // two chunks dedup against snapshot 1
   EXPECT_LT(third->new_bytes, 4096u / 4);  // compressed
-  EXPECT_EQ(ReadFloats(**store, 3, 1), next);
+  EXPECT_EQ(ReadFloats(*store_, 3, 1), next);
 }
 
 // ReadTensors reads many tensors (many MultiGet batches) bit-exact, and
 // reports the first failing read in argument order, by its name.
-TEST(RocksStoreTest, ReadTensorsReadsManyAndNamesTheFirstFailure) {
+TEST_F(RocksStoreTest, ReadTensorsReadsManyAndNamesTheFirstFailure) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   std::vector<std::vector<float>> data;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "testing/store_options.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::testing {
@@ -31,11 +32,11 @@ inline TensorView View(uint64_t param_id, std::string role, const std::vector<fl
   return v;
 }
 
+// The kit's TestStoreOptions (4 KiB chunks: several per test tensor), no
+// sync, with the default free-space reserve.
 inline StoreOptions SmallChunks() {
-  StoreOptions o;
-  o.chunk_bytes = 4096;  // several chunks per test tensor
-  o.sync = false;
-  o.threads = 2;
+  StoreOptions o = TestStoreOptions(/*sync=*/false);
+  o.reserve_bytes = StoreOptions().reserve_bytes;
   return o;
 }
 

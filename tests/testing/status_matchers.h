@@ -31,11 +31,13 @@ const Status& StatusOf(const Result<T>& result) {
     EXPECT_TRUE(_ts_s.ok()) << #expr << ": " << _ts_s.ToString();                  \
   } while (0)
 
-// The status of `expr` has `code` and a message containing `fragment`.
-#define EXPECT_STATUS(expr, code, fragment)                                                       \
+// The status of `expr` has `expected_code` and a message containing
+// `fragment`. (A parameter named `code` would be substituted into the
+// `.code()` call.)
+#define EXPECT_STATUS(expr, expected_code, fragment)                                              \
   do {                                                                                            \
     const auto& _ts_checked = (expr);                                                             \
     const ::trainsnap::Status& _ts_s = ::trainsnap::testing::StatusOf(_ts_checked);               \
-    EXPECT_EQ(_ts_s.code(), (code)) << #expr << ": " << _ts_s.ToString();                         \
+    EXPECT_EQ(_ts_s.code(), (expected_code)) << #expr << ": " << _ts_s.ToString();                \
     EXPECT_NE(_ts_s.message().find(fragment), std::string::npos) << #expr << ": " << _ts_s.ToString(); \
   } while (0)

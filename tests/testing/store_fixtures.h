@@ -1,6 +1,7 @@
-// Store fixtures of the test suites: the tests' store options, a store in a
-// temporary directory, and snapshots written straight through the Store API
-// from plain byte buffers (no LibTorch).
+// Store fixtures of the test suites: the tests' store options
+// (store_options.h), a store in a temporary directory (TempStore, and the
+// StoreTest fixture of store_test.h), and snapshots written straight through
+// the Store API from plain byte buffers (no LibTorch).
 #pragma once
 
 #include <cstdint>
@@ -13,22 +14,12 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/store_options.h"
+#include "testing/store_test.h"
 #include "testing/temp_dir.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::testing {
-
-// 4 KiB chunks (small tensors span several), 2 threads, the WAL synced per
-// commit when `sync`, and no free-space reserve (tests copy their stores,
-// and its 40 MiB would be copied as data; disk_full_test sets its own).
-inline StoreOptions TestStoreOptions(bool sync = true) {
-  StoreOptions options;
-  options.chunk_bytes = 4096;
-  options.sync = sync;
-  options.threads = 2;
-  options.reserve_bytes = 0;
-  return options;
-}
 
 // A store in its own temporary directory, open (default chunking, no sync,
 // 2 threads) until Close() or destruction.
@@ -104,9 +95,8 @@ inline std::vector<uint8_t> RandomBytes(DType dtype, size_t elements, uint32_t s
   return bytes;
 }
 
-inline Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
-                                          const std::string& manifest = {}) {
-  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store.BeginSnapshot(step));
+// AddTensor for each of `tensors`, in order; the first error.
+inline Status AddTensors(SnapshotWriter& writer, const std::vector<TensorSpec>& tensors) {
   for (const TensorSpec& t : tensors) {
     TensorView view;
     view.param_id = t.param_id;
@@ -115,10 +105,28 @@ inline Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std:
     view.shape = t.shape;
     view.data = t.data.data();
     view.size_bytes = t.data.size();
-    TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(view));
+    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(view));
   }
+  return Status::OK();
+}
+
+// The kit's snapshot writer: BeginSnapshot, AddTensors, SetManifest, Commit.
+inline Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
+                                          const std::string& manifest = {}, const SnapshotOptions& options = {}) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store.BeginSnapshot(step, options));
+  TRAINSNAP_RETURN_IF_ERROR(AddTensors(*writer, tensors));
   writer->SetManifest(manifest);
   return writer->Commit();
+}
+
+// As WriteSnapshot, but the writer is destroyed uncommitted (an abandoned
+// capture): OK when every tensor was added.
+inline Status WriteUncommitted(Store& store, int64_t step, const std::vector<TensorSpec>& tensors,
+                               const std::string& manifest = {}) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, store.BeginSnapshot(step));
+  TRAINSNAP_RETURN_IF_ERROR(AddTensors(*writer, tensors));
+  writer->SetManifest(manifest);
+  return Status::OK();
 }
 
 }  // namespace trainsnap::testing
