@@ -903,9 +903,12 @@ TEST(SnapshotWriterSharedManifestTest, StoredOnceInThePacksAndAFlippedByteIsFoun
     EXPECT_EQ(metadata[2], tensor_record(2) + 8 + v[2].size() + d[2].shared.chunk->stored_bytes);
     EXPECT_EQ(metadata[3], tensor_record(3) + 8 + v[3].size());  // the layout again: no chunk
     EXPECT_EQ(metadata[4], tensor_record(4) + 8 + v[4].size() + d[4].shared.chunk->stored_bytes);
-    // The chunk reference costs the record 26 bytes; inline bytes cost
-    // themselves plus field 7's tag and length (3).
-    EXPECT_EQ(v[3].size(), internal::SerializeSnapshotRecord(d[3].info, "own3").size() + 26u);
+    // The chunk reference costs the record field 8's tag and length (2),
+    // the hash (2 + 16), raw_bytes 100000 (1 + 3) and stored_bytes (1 + its
+    // varint); inline bytes cost themselves plus field 7's tag and length (3).
+    const uint64_t stored = d[3].shared.chunk->stored_bytes;
+    const size_t stored_varint = stored < (1u << 7) ? 1 : stored < (1u << 14) ? 2 : stored < (1u << 21) ? 3 : 4;
+    EXPECT_EQ(v[3].size(), internal::SerializeSnapshotRecord(d[3].info, "own3").size() + 2 + 18 + 4 + 1 + stored_varint);
     EXPECT_EQ(v[1].size(), internal::SerializeSnapshotRecord(d[1].info, "own1").size() + 3u + 4095u);
   }
   {
