@@ -162,6 +162,8 @@ struct SnapshotInfo {
   uint64_t stored_bytes = 0;   // encoded bytes of all referenced chunks
   uint64_t new_chunks = 0;     // chunks this snapshot wrote to the store first
   uint64_t new_bytes = 0;      // encoded bytes of those chunks
+  // Bytes of application manifest the snapshot record holds (SetManifest's,
+  // plus SetSharedManifest's when under 4 KiB): what each snapshot repeats.
   uint64_t manifest_bytes = 0;
 };
 
@@ -279,6 +281,14 @@ class SnapshotWriter {
   virtual Status AddTensorRecord(const TensorRecord& record) = 0;
   // Opaque application bytes (the checkpointer's manifest). Defaults to empty.
   virtual void SetManifest(std::string bytes) = 0;
+  // Opaque application bytes that many snapshots share (the checkpointer's
+  // layout: names, shapes, dtypes). From 4 KiB on they are stored once, as a
+  // content-addressed chunk in the pack files that every snapshot setting
+  // equal bytes references (its record holds the chunk's 16-byte hash) and
+  // that lives while one of them does; smaller ones are stored in the
+  // snapshot record. At most 256 MiB (else Commit fails with
+  // InvalidArgument). Defaults to empty.
+  virtual void SetSharedManifest(std::string bytes) = 0;
   // Commits every tensor record and the manifest in one transaction with a
   // synced WAL (StoreOptions::sync). On error nothing of the snapshot is visible.
   virtual Result<SnapshotInfo> Commit() = 0;
@@ -330,6 +340,10 @@ class Store {
   virtual Result<std::optional<int64_t>> Latest() = 0;
   virtual Result<SnapshotInfo> Info(int64_t step) = 0;
   virtual Result<std::string> Manifest(int64_t step) = 0;
+  // The bytes SetSharedManifest gave the snapshot (empty if none), hash
+  // checked: Corruption naming `shared manifest <hex>` when its chunk is
+  // missing or damaged; NotFound when no snapshot is at `step`.
+  virtual Result<std::string> SharedManifest(int64_t step) = 0;
   virtual Result<std::vector<TensorRecord>> Tensors(int64_t step) = 0;  // by (param_id, role)
   virtual Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) = 0;
   // Decodes `record` into dst (dst_bytes must equal record.bytes), verifying

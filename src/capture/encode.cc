@@ -1,6 +1,9 @@
 #include "capture/encode.h"
 
 #include <string>
+#include <utility>
+
+#include "torch/manifest_codec.h"
 
 namespace trainsnap::internal {
 
@@ -17,12 +20,12 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
   return Status::OK();
 }
 
-Result<SnapshotInfo> CommitStaged(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
-  std::string bytes;
-  if (!snapshot.manifest.SerializeToString(&bytes)) {
-    return Status::InvalidArgument("manifest does not serialize");
-  }
-  writer.SetManifest(std::move(bytes));
+Result<SnapshotInfo> CommitStaged(StagedSnapshot& snapshot, SnapshotWriter& writer) {
+  // The layout goes into the store's shared manifest: stored once while it
+  // does not change (manifest format version 2, docs/format.md).
+  TRAINSNAP_ASSIGN_OR_RETURN(EncodedManifest encoded, EncodeManifest(std::move(snapshot.manifest)));
+  writer.SetManifest(std::move(encoded.own));
+  writer.SetSharedManifest(std::move(encoded.layout));
   return writer.Commit();
 }
 

@@ -12,7 +12,9 @@ namespace trainsnap::internal {
 // Chunks, hashes, dedups and compresses every staged tensor into `writer`.
 Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer);
 
-// Attaches the manifest and commits the snapshot atomically.
-Result<SnapshotInfo> CommitStaged(const StagedSnapshot& snapshot, SnapshotWriter& writer);
+// Attaches the manifest (split into the snapshot's part and the shared
+// layout, src/torch/manifest_codec.h) and commits the snapshot atomically.
+// Consumes snapshot.manifest (it becomes the layout in place).
+Result<SnapshotInfo> CommitStaged(StagedSnapshot& snapshot, SnapshotWriter& writer);
 
 }  // namespace trainsnap::internal

@@ -110,11 +110,11 @@ Status RunDiff(const DiffOptions& options) {
   (void)info_b;
   auto load = [&](int64_t step) -> Result<std::pair<std::vector<TensorRecord>, ManifestView>> {
     const std::string context = "step " + std::to_string(step);
-    auto manifest = store->Manifest(step);
-    if (!manifest.ok()) return manifest.status().WithContext(context + ": manifest");
+    auto view = ManifestView::Read(*store, step);
+    if (!view.ok()) return view.status().WithContext(context + ": manifest");
     auto records = store->Tensors(step);
     if (!records.ok()) return records.status().WithContext(context + ": tensor records");
-    return std::make_pair(std::move(*records), ManifestView::Parse(*manifest));
+    return std::make_pair(std::move(*records), std::move(*view));
   };
   TRAINSNAP_ASSIGN_OR_RETURN(auto side_a, load(options.a));
   TRAINSNAP_ASSIGN_OR_RETURN(auto side_b, load(options.b));

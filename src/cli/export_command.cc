@@ -71,9 +71,9 @@ Status RunExport(const ExportOptions& options) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForReading(options.store));
   TRAINSNAP_RETURN_IF_ERROR(RequireStep(*store, options.step).status());
   const std::string context = "step " + std::to_string(options.step);
-  auto manifest = store->Manifest(options.step);
-  if (!manifest.ok()) return manifest.status().WithContext(context + ": manifest");
-  ManifestView view = ManifestView::Parse(*manifest);
+  auto read = ManifestView::Read(*store, options.step);
+  if (!read.ok()) return read.status().WithContext(context + ": manifest");
+  ManifestView view = std::move(*read);
   if (options.model.has_value()) {
     if (view.manifest() == nullptr) {
       return Status::NotFound(context + ": --model needs the checkpointer's manifest, and this snapshot " +

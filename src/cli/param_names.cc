@@ -2,6 +2,9 @@
 
 #include "cli/human_format.h"
 #include "manifest.pb.h"
+#include "torch/manifest_codec.h"
+#include "torch/manifest_format.h"
+#include "trainsnap/store.h"
 
 namespace trainsnap::cli {
 
@@ -10,11 +13,30 @@ ManifestView::ManifestView(ManifestView&&) noexcept = default;
 ManifestView& ManifestView::operator=(ManifestView&&) noexcept = default;
 ManifestView::~ManifestView() = default;
 
-ManifestView ManifestView::Parse(const std::string& bytes) {
+Result<ManifestView> ManifestView::Read(Store& store, int64_t step) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, store.Manifest(step));
+  auto layout = store.SharedManifest(step);
+  if (!layout.ok()) {
+    ManifestView view;
+    view.error_ = layout.status().ToString();
+    return view;
+  }
+  return Parse(bytes, *layout);
+}
+
+ManifestView ManifestView::Parse(const std::string& bytes, const std::string& layout) {
   ManifestView view;
   if (bytes.empty()) return view;  // snapshots written through the Store API alone
   auto manifest = std::make_unique<proto::TrainingManifest>();
-  if (!manifest->ParseFromString(bytes)) {
+  proto::SnapshotManifest own;
+  if (own.ParseFromString(bytes) && own.format_version() == internal::kManifestFormatVersion) {
+    auto joined = internal::DecodeManifest(bytes, layout);
+    if (!joined.ok()) {
+      view.error_ = joined.status().message();
+      return view;
+    }
+    *manifest = std::move(*joined);
+  } else if (!manifest->ParseFromString(bytes)) {
     view.error_ = "manifest does not parse as trainsnap.proto.TrainingManifest";
     return view;
   }

@@ -8,6 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "trainsnap/status.h"
+
+namespace trainsnap {
+class Store;
+}  // namespace trainsnap
+
 namespace trainsnap::proto {
 class TrainingManifest;
 }  // namespace trainsnap::proto
@@ -17,8 +23,16 @@ namespace trainsnap::cli {
 class ManifestView {
  public:
   // Never fails: an empty or unparsable manifest gives a view without names
-  // (error() says why; empty for an empty manifest).
-  static ManifestView Parse(const std::string& bytes);
+  // (error() says why; empty for an empty manifest). A manifest of format
+  // version 2 (the checkpointer's, src/torch/manifest_codec.h) is joined with
+  // `layout`, the snapshot's shared manifest, which holds the names; any
+  // other manifest is parsed as one whole TrainingManifest (version 1, as
+  // Store-API writers may still store).
+  static ManifestView Parse(const std::string& bytes, const std::string& layout = {});
+  // Store::Manifest and Store::SharedManifest of `step`, parsed. Fails only
+  // when Store::Manifest does; a shared manifest that does not read (a
+  // missing or damaged chunk) gives a view without names whose error() says why.
+  static Result<ManifestView> Read(Store& store, int64_t step);
   ManifestView(ManifestView&&) noexcept;
   ManifestView& operator=(ManifestView&&) noexcept;
   ~ManifestView();

@@ -198,9 +198,9 @@ Status VerifyRunDirectory(const std::string& run_dir, std::optional<int64_t> ste
         continue;
       }
       // The tensors this snapshot says another rank stores.
-      auto bytes = rank.Manifest(s);
-      if (!bytes.ok()) continue;  // Verify reported it
-      ManifestView view = ManifestView::Parse(*bytes);
+      auto read = ManifestView::Read(rank, s);
+      if (!read.ok()) continue;  // Verify reported it
+      ManifestView view = std::move(*read);
       if (view.manifest() == nullptr) continue;
       for (const proto::ExternalTensor& external : view.manifest()->external_tensors()) {
         const std::string what = "tensor `" + view.Name(external.id()) + "` role " + external.role();

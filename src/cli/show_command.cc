@@ -167,11 +167,11 @@ Status RunShow(const ShowOptions& options) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenForReading(options.store));
   TRAINSNAP_ASSIGN_OR_RETURN(SnapshotInfo info, RequireStep(*store, options.step));
   const std::string context = "step " + std::to_string(options.step);
-  auto manifest_bytes = store->Manifest(options.step);
-  if (!manifest_bytes.ok()) return manifest_bytes.status().WithContext(context + ": manifest");
+  auto read = ManifestView::Read(*store, options.step);
+  if (!read.ok()) return read.status().WithContext(context + ": manifest");
   auto records = store->Tensors(options.step);
   if (!records.ok()) return records.status().WithContext(context + ": tensor records");
-  ManifestView view = ManifestView::Parse(*manifest_bytes);
+  ManifestView view = std::move(*read);
   // Readers look parameters up by name: sort by name, then role (the store
   // returns them by ID).
   std::stable_sort(records->begin(), records->end(), [&](const TensorRecord& x, const TensorRecord& y) {

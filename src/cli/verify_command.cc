@@ -78,8 +78,8 @@ Status RunVerify(const VerifyOptions& options) {
   auto name_of = [&](const VerifyProblem& p) {
     auto it = manifests.find(p.step);
     if (it == manifests.end()) {
-      auto bytes = store->Manifest(p.step);
-      it = manifests.emplace(p.step, ManifestView::Parse(bytes.ok() ? *bytes : std::string())).first;
+      auto view = ManifestView::Read(*store, p.step);
+      it = manifests.emplace(p.step, view.ok() ? std::move(*view) : ManifestView::Parse(std::string())).first;
     }
     return it->second.Name(p.param_id);
   };

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "torch/contract.h"
+#include "torch/manifest_codec.h"
 #include "torch/rng_state.h"
 #include "restore/apply.h"
 #include "restore/decode.h"
@@ -120,8 +121,7 @@ Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::Tra
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
                        const std::string& base_label, BaseIdentityBuilder& base) {
   // 1. Manifest and format version.
-  TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, store.Manifest(step));
-  TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ParseManifest(bytes));
+  TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ReadManifest(store, step));
 
   // 2. Contract, frozen base, devices, the rest of the composition.
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(target));

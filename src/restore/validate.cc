@@ -3,7 +3,6 @@
 #include <set>
 #include <unordered_set>
 
-#include "torch/manifest_format.h"
 #include "torch/optimizer_traits.h"
 #include "torch/dtype.h"
 
@@ -42,16 +41,6 @@ Status CheckTensor(const std::string& what, const Message& expected, const torch
 }
 
 }  // namespace
-
-Result<proto::TrainingManifest> ParseManifest(const std::string& bytes) {
-  proto::TrainingManifest manifest;
-  if (!manifest.ParseFromString(bytes)) return Status::Corruption("manifest does not parse");
-  if (manifest.format_version() != kManifestFormatVersion) {
-    return Status::NotSupported("manifest format version " + std::to_string(manifest.format_version()) +
-                                " (this build reads version " + std::to_string(kManifestFormatVersion) + ")");
-  }
-  return manifest;
-}
 
 Status CheckContract(const proto::TrainingManifest& manifest, const Contract& target) {
   std::unordered_set<uint64_t> in_snapshot;

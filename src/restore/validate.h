@@ -13,10 +13,6 @@
 
 namespace trainsnap::internal {
 
-// Corruption when the bytes do not parse; NotSupported for a format version
-// this build does not know.
-Result<proto::TrainingManifest> ParseManifest(const std::string& bytes);
-
 // The trainable-parameter contract (IDs, names, tying, shapes, dtypes) and
 // the stored buffers/frozen tensors against the target. ContractMismatch
 // naming the first mismatch: "parameter `x`: expected shape [4, 8], actual [4, 9]".

@@ -30,6 +30,9 @@ struct SnapshotCommit {
   // then not written one by one.
   std::optional<std::vector<RecordGroupRef>> groups;
   std::string manifest;
+  // SetSharedManifest's bytes: inline, or the chunk the writer wrote or
+  // found (then pinned, and listed in `chunks` when new).
+  SharedManifestRef shared;
   bool replace_existing = false;
   // The chunks the writer appended to the packs: indexed by this commit.
   std::vector<NewChunk> chunks;

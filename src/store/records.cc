@@ -123,7 +123,7 @@ Result<std::vector<TensorRecord>> ParseRecordGroup(std::string_view raw, const R
 }
 
 std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest,
-                                    const std::vector<RecordGroupRef>* groups) {
+                                    const std::vector<RecordGroupRef>* groups, const SharedManifestRef* shared) {
   proto::SnapshotRecord p;
   p.set_format_version(groups ? kGroupedSnapshotFormatVersion : kStoreFormatVersion);
   if (groups) {
@@ -145,6 +145,13 @@ std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view m
   s->set_new_chunks(info.new_chunks);
   s->set_new_bytes(info.new_bytes);
   p.set_manifest(manifest.data(), manifest.size());
+  if (shared != nullptr) {
+    if (shared->chunk) {
+      ToProto(*shared->chunk, p.mutable_shared_manifest_chunk());
+    } else {
+      p.set_shared_manifest(shared->inline_bytes);
+    }
+  }
   return p.SerializeAsString();
 }
 
@@ -171,8 +178,24 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   out.info.stored_bytes = p.stats().stored_bytes();
   out.info.new_chunks = p.stats().new_chunks();
   out.info.new_bytes = p.stats().new_bytes();
-  out.info.manifest_bytes = p.manifest().size();
+  out.info.manifest_bytes = p.manifest().size() + p.shared_manifest().size();
   out.manifest = p.manifest();
+  if (p.has_shared_manifest_chunk()) {
+    const proto::ChunkRefRecord& c = p.shared_manifest_chunk();
+    if (!p.shared_manifest().empty()) return Status::Corruption("shared manifest both inline and in a chunk");
+    if (c.hash().size() != 16) return Status::Corruption("shared manifest: chunk hash is not 16 bytes");
+    ChunkRef ref;
+    std::copy(c.hash().begin(), c.hash().end(), ref.hash.bytes.begin());
+    ref.raw_bytes = c.raw_bytes();
+    ref.stored_bytes = c.stored_bytes();
+    if (ref.raw_bytes == 0 || ref.raw_bytes > kMaxRecordGroupBytes) {
+      return Status::Corruption("shared manifest " + ref.hash.Hex() + ": " + std::to_string(ref.raw_bytes) +
+                                " bytes, outside 1.." + std::to_string(kMaxRecordGroupBytes));
+    }
+    out.shared.chunk = ref;
+  } else {
+    out.shared.inline_bytes = p.shared_manifest();
+  }
   out.grouped = p.format_version() == kGroupedSnapshotFormatVersion;
   if (!out.grouped && p.record_groups_size() > 0) {
     return Status::Corruption("snapshot record of format version 1 lists record groups");

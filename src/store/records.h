@@ -44,19 +44,35 @@ struct RecordGroupRef {
   uint64_t records = 0;
 };
 
+// The bytes a snapshot shares with others (SnapshotWriter::SetSharedManifest,
+// store format version 6): inline in the snapshot record below
+// kMinSharedManifestChunkBytes, else one chunk in the packs. At most
+// kMaxRecordGroupBytes.
+inline constexpr size_t kMinSharedManifestChunkBytes = 4096;
+struct SharedManifestRef {
+  std::string inline_bytes;       // the bytes, when stored in the snapshot record
+  std::optional<ChunkRef> chunk;  // else the chunk holding them
+};
+
 struct SnapshotRecordData {
   SnapshotInfo info;
   std::string manifest;
+  SharedManifestRef shared;
   bool grouped = false;               // format version 2: the records are in `groups`
   std::vector<RecordGroupRef> groups;  // in key order
 };
-// Format version 2 when `groups` is given (grouped), else 1.
+// Format version 2 when `groups` is given (grouped), else 1. `shared` (may
+// be null: none) goes into fields 7/8. info.manifest_bytes is not stored:
+// parsing sets it to the manifest's size plus the inline shared bytes.
 std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest,
-                                    const std::vector<RecordGroupRef>* groups = nullptr);
-// Corruption when it does not parse, its step differs from `step`, or a
+                                    const std::vector<RecordGroupRef>* groups = nullptr,
+                                    const SharedManifestRef* shared = nullptr);
+// Corruption when it does not parse, its step differs from `step`, a
 // grouped record's groups are malformed (a chunk reference that is not 16
 // bytes, an empty group, an empty first role, first keys not strictly
-// increasing, group record counts not adding up to the tensor count);
+// increasing, group record counts not adding up to the tensor count), or its
+// shared manifest is (both inline bytes and a chunk, a chunk hash that is not
+// 16 bytes, a chunk of 0 or more than kMaxRecordGroupBytes raw bytes);
 // NotSupported for an unknown format version.
 Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t step);
 

@@ -56,6 +56,7 @@ class RocksStore final : public Store, private ChunkSink {
   Result<std::optional<int64_t>> Latest() override;
   Result<SnapshotInfo> Info(int64_t step) override;
   Result<std::string> Manifest(int64_t step) override;
+  Result<std::string> SharedManifest(int64_t step) override;
   Result<std::vector<TensorRecord>> Tensors(int64_t step) override;
   Result<TensorRecord> Tensor(int64_t step, uint64_t param_id, std::string_view role) override;
   Status ReadTensor(const TensorRecord& record, void* dst, size_t dst_bytes) override;
@@ -284,6 +285,12 @@ class RocksStore final : public Store, private ChunkSink {
   Status ScanTensorRecords(int64_t step, const rocksdb::ReadOptions& ro, const RecordVisitor& visit);
   // Reads, decodes (hash checked) and parses one record group at `ro`.
   Result<std::vector<TensorRecord>> ReadRecordGroup(const RecordGroupRef& group, const rocksdb::ReadOptions& ro);
+  // Reads and decodes (hash checked) a metadata chunk (a record group's or a
+  // shared manifest's) at `ro`; errors name `where`.
+  Result<std::string> ReadMetadataChunk(const ChunkRef& chunk, const std::string& where,
+                                        const rocksdb::ReadOptions& ro);
+  // The shared manifest bytes of a snapshot whose record is `data`.
+  Result<std::string> ReadSharedManifest(const SnapshotRecordData& data, const rocksdb::ReadOptions& ro);
   // The tensor records of a snapshot whose record is `data`, at `ro`: from
   // its record groups (format version 2) or the tensors CF (version 1).
   Result<std::vector<TensorRecord>> SnapshotTensors(const SnapshotRecordData& data, const rocksdb::ReadOptions& ro);

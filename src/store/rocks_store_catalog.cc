@@ -129,14 +129,41 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
   return SnapshotTensors(*data, ro);
 }
 
+Result<std::string> RocksStore::SharedManifest(int64_t step) {
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
+  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = at.snapshot();
+  std::string value;
+  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return Status::NotFound("no snapshot at " + StepName(step));
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, StepName(step) + ": read snapshot record"));
+  auto data = ParseSnapshotRecord(value, step);
+  if (!data.ok()) return data.status().WithContext(StepName(step));
+  auto shared = ReadSharedManifest(*data, ro);
+  if (!shared.ok()) return shared.status().WithContext(StepName(step));
+  return shared;
+}
+
+Result<std::string> RocksStore::ReadSharedManifest(const SnapshotRecordData& data, const rocksdb::ReadOptions& ro) {
+  if (!data.shared.chunk) return data.shared.inline_bytes;
+  return ReadMetadataChunk(*data.shared.chunk, "shared manifest " + data.shared.chunk->hash.Hex(), ro);
+}
+
+Result<std::string> RocksStore::ReadMetadataChunk(const ChunkRef& chunk, const std::string& where,
+                                                  const rocksdb::ReadOptions& ro) {
+  std::string value;
+  TRAINSNAP_RETURN_IF_ERROR(ReadChunkValue(chunk.hash, ro, &value).WithContext(where));
+  std::string raw(chunk.raw_bytes, '\0');
+  TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(chunk, value, reinterpret_cast<uint8_t*>(raw.data())).WithContext(where));
+  return raw;
+}
+
 Result<std::vector<TensorRecord>> RocksStore::ReadRecordGroup(const RecordGroupRef& group,
                                                               const rocksdb::ReadOptions& ro) {
-  const std::string where = "record group " + group.chunk.hash.Hex();
-  std::string value;
-  TRAINSNAP_RETURN_IF_ERROR(ReadChunkValue(group.chunk.hash, ro, &value).WithContext(where));
-  std::string raw(group.chunk.raw_bytes, '\0');
-  TRAINSNAP_RETURN_IF_ERROR(
-      ReadChunkInto(group.chunk, value, reinterpret_cast<uint8_t*>(raw.data())).WithContext(where));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::string raw,
+                             ReadMetadataChunk(group.chunk, "record group " + group.chunk.hash.Hex(), ro));
   return ParseRecordGroup(raw, group);
 }
 

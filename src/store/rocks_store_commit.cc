@@ -139,8 +139,8 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
       TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(tensors_cf_, key, value), "write tensor record"));
     }
   }
-  info.manifest_bytes = manifest.size();
-  const std::string record = SerializeSnapshotRecord(info, manifest, groups);
+  info.manifest_bytes = manifest.size() + commit.shared.inline_bytes.size();
+  const std::string record = SerializeSnapshotRecord(info, manifest, groups, &commit.shared);
   written += step_key.size() + record.size();
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(snapshots_cf_, step_key, record), "write snapshot record"));
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);

@@ -25,6 +25,7 @@ Status RocksStore::DeleteSteps(const std::vector<int64_t>& steps, std::vector<Ch
       // Only a hint for the incremental GC after retention, like the tensor
       // records below: a record or group that does not read releases nothing.
       auto data = ParseSnapshotRecord(value, step);
+      if (released && data.ok() && data->shared.chunk) released->push_back(*data->shared.chunk);
       if (released && data.ok() && data->grouped) {
         for (const RecordGroupRef& group : data->groups) {
           released->push_back(group.chunk);

@@ -44,7 +44,7 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
   const std::string refuse = "scan of live chunks: refusing to collect garbage (run `trainsnap verify`): ";
   // Snapshot records of format version 2: every record-group chunk they
-  // list is live, and so is every chunk its records reference. A group
+  // list is live (and any record's shared-manifest chunk), and so is every chunk its records reference. A group
   // that does not read might reference anything: refuse. Groups shared by
   // several snapshots are read once.
   std::unordered_map<ChunkHash, std::vector<ChunkRef>, ChunkHashHasher> group_chunks;
@@ -53,6 +53,10 @@ Status RocksStore::CollectLiveChunks(std::unordered_map<ChunkHash, uint64_t, Chu
     TRAINSNAP_ASSIGN_OR_RETURN(int64_t step, DecodeStepKey(std::string_view(sit->key().data(), sit->key().size())));
     auto data = ParseSnapshotRecord(std::string_view(sit->value().data(), sit->value().size()), step);
     if (!data.ok()) return data.status().WithContext(refuse + StepName(step));
+    // The shared manifest's chunk is live while one snapshot references it.
+    if (data->shared.chunk && excluded.count(step) == 0) {
+      live->emplace(data->shared.chunk->hash, data->shared.chunk->stored_bytes);
+    }
     if (!data->grouped) continue;
     uint64_t& seen = records_per_step[step];
     for (const RecordGroupRef& group : data->groups) {

@@ -28,10 +28,13 @@ namespace fs = std::filesystem;
 
 // The store format version this build reads and writes (docs/format.md).
 // 5: chunk bytes live in pack files and the chunks CF holds their index
-// entries (PackEntry); versions 1..4 kept chunk values in RocksDB. No store
-// of an older version is read (trainsnap had no users when it changed): an
-// open refuses it with NotSupported naming both versions.
-inline constexpr uint32_t kMetaFormatVersion = 5;
+// entries (PackEntry); versions 1..4 kept chunk values in RocksDB.
+// 6: snapshot records may reference a shared manifest chunk
+// (SnapshotWriter::SetSharedManifest), which the GC of version 5 builds
+// would delete. No store of an older version is read (trainsnap had no users
+// when they changed): an open refuses it with NotSupported naming both
+// versions.
+inline constexpr uint32_t kMetaFormatVersion = 6;
 // Version 3 added the counts record; every store this build reads has it.
 inline constexpr uint32_t kCountsFormatVersion = 3;
 inline constexpr size_t kDefaultDeltaBaseCacheBytes = size_t{1} << 30;

@@ -15,7 +15,8 @@ Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
     return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
                                 " is not supported (this build reads version " + std::to_string(kMetaFormatVersion) +
                                 (meta.format_version() < kMetaFormatVersion
-                                     ? ": chunks in pack files; stores of versions 1..4 are not converted)"
+                                     ? ": chunks in pack files, shared manifests; stores of versions 1.." +
+                                           std::to_string(kMetaFormatVersion - 1) + " are not converted)"
                                      : ")"));
   }
   if (meta.hash() != kHashName) {

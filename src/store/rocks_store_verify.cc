@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <map>
+#include <unordered_map>
 
 #include <rocksdb/metadata.h>
 #include <rocksdb/snapshot.h>
@@ -52,6 +53,9 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       report.problems.push_back(std::move(p));
     }
   }
+  // Shared manifests are read and re-hashed once per chunk; a damaged one
+  // is a problem of every snapshot that references it.
+  std::unordered_map<ChunkHash, Status, ChunkHashHasher> shared_checked;
   for (size_t si = 0; si < steps.size(); ++si) {
     const int64_t s = steps[si];
     ++report.snapshots;
@@ -60,6 +64,17 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     if (!record.ok()) {
       report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record"), false, {}});
       continue;
+    }
+    if (record->has_value() && (*record)->shared.chunk) {
+      const ChunkRef& shared = *(*record)->shared.chunk;
+      auto checked = shared_checked.find(shared.hash);
+      if (checked == shared_checked.end()) {
+        checked = shared_checked.emplace(shared.hash, ReadSharedManifest(**record, rocksdb::ReadOptions()).status())
+                      .first;
+      }
+      if (!checked->second.ok()) {
+        report.problems.push_back({s, 0, "", -1, shared.hash, checked->second.WithContext(StepName(s)), false, {}});
+      }
     }
     uint64_t tensors_seen = 0;
     // Reads, decodes and re-hashes every chunk of one tensor record.

@@ -79,6 +79,11 @@ void SnapshotWriterImpl::SetManifest(std::string bytes) {
   manifest_ = std::move(bytes);
 }
 
+void SnapshotWriterImpl::SetSharedManifest(std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shared_manifest_ = std::move(bytes);
+}
+
 Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
   bool first_use = false;
   {
@@ -418,16 +423,45 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
     records.push_back(record);
   }
   std::optional<std::vector<RecordGroupRef>> groups;
-  if (records.size() >= kMinGroupedRecords) {
-    // The groups are written outside mu_ (AddChunk takes it); AddTensor is
-    // refused meanwhile, so `records` stays the snapshot's full set.
+  SharedManifestRef shared;
+  if (shared_manifest_.size() > kMaxRecordGroupBytes) {
+    return Status::InvalidArgument(context + ": shared manifest of " + std::to_string(shared_manifest_.size()) +
+                                   " bytes, above " + std::to_string(kMaxRecordGroupBytes));
+  }
+  const bool shared_chunk = shared_manifest_.size() >= kMinSharedManifestChunkBytes;
+  if (!shared_chunk) shared.inline_bytes = shared_manifest_;
+  if (records.size() >= kMinGroupedRecords || shared_chunk) {
+    // The groups and the shared manifest's chunk are written outside mu_
+    // (AddChunk takes it); AddTensor is refused meanwhile, so `records`
+    // stays the snapshot's full set.
     committing_ = true;
+    // Written unlocked: a copy (SetSharedManifest may not race a Commit, but
+    // mu_ guards the member).
+    const std::string shared_bytes = shared_chunk ? shared_manifest_ : std::string();
     lock.Unlock();
-    auto written = WriteRecordGroups(records);
+    Status written = Status::OK();
+    if (records.size() >= kMinGroupedRecords) {
+      auto cut = WriteRecordGroups(records);
+      if (cut.ok()) {
+        groups = std::move(*cut);
+      } else {
+        written = cut.status();
+      }
+    }
+    if (written.ok() && shared_chunk) {
+      // One chunk, however large (bounded above): the layout changes rarely,
+      // and then as a whole. Pinned like a record group until the writer dies.
+      ChunkRef ref;
+      uint8_t depth = 0;
+      bool delta = false;
+      written = AddChunk(reinterpret_cast<const uint8_t*>(shared_bytes.data()), shared_bytes.size(),
+                         DType::kUInt8, nullptr, 0, &ref, &depth, &delta, /*metadata=*/true)
+                    .WithContext("write shared manifest");
+      shared.chunk = ref;
+    }
     lock.Lock();
     committing_ = false;
-    if (!written.ok()) return written.status().WithContext(context);
-    groups = std::move(*written);
+    if (!written.ok()) return written.WithContext(context);
   }
   info.new_chunks = new_chunks_;
   info.new_bytes = new_bytes_;
@@ -436,6 +470,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   commit.records = std::move(records);
   commit.groups = std::move(groups);
   commit.manifest = manifest_;
+  commit.shared = std::move(shared);
   commit.replace_existing = options_.replace_existing;
   commit.chunks = new_chunk_entries_;
   commit.delta_bases = new_bases_;

@@ -34,13 +34,15 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) override;
   Status AddTensorRecord(const TensorRecord& record) override;
   void SetManifest(std::string bytes) override;
+  void SetSharedManifest(std::string bytes) override;
   Result<SnapshotInfo> Commit() override;
 
   // After a successful Commit: the bytes this snapshot's metadata added to
   // the store: its snapshot record's key and value, plus its tensors-CF
   // keys and values (fewer than kMinGroupedRecords tensors) or the encoded
   // record-group chunks it wrote first (groups equal to an earlier
-  // snapshot's cost nothing here). 0 before the commit.
+  // snapshot's cost nothing here), plus its shared-manifest chunk when it
+  // wrote it first. 0 before the commit.
   uint64_t metadata_bytes() const { return metadata_bytes_; }
 
  private:
@@ -53,7 +55,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // *depth to the chunk's delta chain depth (kUnknownDeltaDepth when this
   // process does not know it) and *delta to whether it was written as a
   // delta against bases' chunk `index`.
-  // `metadata`: a record-group chunk, counted in metadata_new_bytes_
+  // `metadata`: a record-group or shared-manifest chunk, counted in metadata_new_bytes_
   // instead of new_chunks_ / new_bytes_.
   Status AddChunk(const uint8_t* data, size_t size, DType dtype, const DeltaBase* bases, size_t index,
                   ChunkRef* ref, uint8_t* depth, bool* delta, bool metadata = false);
@@ -82,9 +84,11 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Published on commit.
   std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> new_bases_ GUARDED_BY(mu_);
   std::string manifest_ GUARDED_BY(mu_);
+  std::string shared_manifest_ GUARDED_BY(mu_);
   uint64_t new_chunks_ GUARDED_BY(mu_) = 0;
   uint64_t new_bytes_ GUARDED_BY(mu_) = 0;
-  uint64_t metadata_new_bytes_ GUARDED_BY(mu_) = 0;  // record-group chunks written first by this writer
+  // Record-group and shared-manifest chunks written first by this writer.
+  uint64_t metadata_new_bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> metadata_bytes_{0};
   bool committing_ GUARDED_BY(mu_) = false;  // Commit is writing record groups: no more tensors
   bool committed_ GUARDED_BY(mu_) = false;

@@ -7,6 +7,9 @@
 
 namespace trainsnap::internal {
 
-inline constexpr uint32_t kManifestFormatVersion = 1;
+// 2 (issue 18): a layout shared by snapshots plus a small per-snapshot part
+// (proto/manifest.proto, SnapshotManifest; src/torch/manifest_codec.h).
+// Version 1 stored the whole TrainingManifest in each snapshot record.
+inline constexpr uint32_t kManifestFormatVersion = 2;
 
 }  // namespace trainsnap::internal

@@ -5,10 +5,12 @@
 
 #include <cstring>
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "testing/training_rig.h"
+#include "torch/manifest_codec.h"
 
 namespace trainsnap::internal {
 namespace {
@@ -33,14 +35,16 @@ TEST(EncodeTest, EveryStagedTensorIsStoredByteForByteWithTheManifest) {
   auto writer = ts.store->BeginSnapshot(4);
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
   ASSERT_TRUE(EncodeTensors(*staged, **writer).ok());
+  const proto::TrainingManifest staged_manifest = staged->manifest;  // CommitStaged consumes it
   Result<SnapshotInfo> info = CommitStaged(*staged, **writer);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->step, 4);
   EXPECT_EQ(info->tensors, staged->staging.tensors().size());
 
-  Result<std::string> manifest = ts.store->Manifest(4);
-  ASSERT_TRUE(manifest.ok());
-  EXPECT_EQ(*manifest, staged->manifest.SerializeAsString());
+  // Stored split (manifest format version 2), read back whole.
+  Result<proto::TrainingManifest> manifest = ReadManifest(*ts.store, 4);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*manifest, staged_manifest));
   for (const StagedTensor& tensor : staged->staging.tensors()) {
     Result<TensorRecord> record = ts.store->Tensor(4, tensor.param_id, tensor.role);
     ASSERT_TRUE(record.ok()) << tensor.name << " " << tensor.role;
@@ -49,6 +53,37 @@ TEST(EncodeTest, EveryStagedTensorIsStoredByteForByteWithTheManifest) {
     ASSERT_EQ(bytes.size(), tensor.host.nbytes()) << tensor.name;
     EXPECT_EQ(std::memcmp(bytes.data(), tensor.host.data_ptr(), bytes.size()), 0) << tensor.name << " " << tensor.role;
   }
+}
+
+// Two captures of the same training state at different steps store the
+// same layout bytes (one shared manifest) and differ only in their own part.
+TEST(EncodeTest, TwoCapturesOfOneLayoutShareItsBytes) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  std::vector<std::string> layouts, owns;
+  for (int64_t step : {1, 2}) {
+    rig.MicroStep();
+    std::unique_ptr<StagedSnapshot> staged = StageRig(rig, step);
+    ASSERT_NE(staged, nullptr);
+    auto writer = ts.store->BeginSnapshot(step);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    ASSERT_TRUE(EncodeTensors(*staged, **writer).ok());
+    Result<SnapshotInfo> info = CommitStaged(*staged, **writer);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    layouts.push_back(ts.store->SharedManifest(step).value());
+    owns.push_back(ts.store->Manifest(step).value());
+  }
+  EXPECT_FALSE(layouts[0].empty());
+  EXPECT_EQ(layouts[0], layouts[1]);
+  EXPECT_NE(owns[0], owns[1]);
+  proto::TrainingManifest layout;
+  ASSERT_TRUE(layout.ParseFromString(layouts[0]));
+  EXPECT_EQ(layout.step(), 0);  // per-snapshot fields live in the own part
+  EXPECT_EQ(layout.rng_size(), 0);
+  proto::SnapshotManifest own;
+  ASSERT_TRUE(own.ParseFromString(owns[1]));
+  EXPECT_EQ(own.step(), 2);
+  EXPECT_EQ(own.format_version(), 2u);
 }
 
 TEST(EncodeTest, AWriterErrorNamesTheTensorOnceByItsStagedName) {

@@ -212,7 +212,7 @@ TEST_F(ValidateTest, UnknownFormatVersionAndGarbageManifest) {
   target.optimizer = adam_.get();
   status = Checkpointer(*ts_.store).Restore(70, target);
   EXPECT_EQ(status.code(), StatusCode::kNotSupported);
-  EXPECT_EQ(status.message(), "restore step 70: manifest format version 2 (this build reads version 1)");
+  EXPECT_EQ(status.message(), "restore step 70: manifest format version 3 (this build reads version 2)");
 
   auto garbage = ts_.store->BeginSnapshot(71);
   ASSERT_TRUE(garbage.ok());

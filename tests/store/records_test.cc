@@ -185,5 +185,62 @@ TEST(RecordsTest, RecordGroupsRoundTripAndChecks) {
   EXPECT_TRUE(ParseSnapshotRecord(SerializeSnapshotRecord(info, "m", &too_large), 3).ok());
 }
 
+// A snapshot record's shared manifest: inline bytes or one chunk reference,
+// never both; a chunk reference's size is bounded before anything is
+// allocated for it.
+TEST(RecordsTest, SharedManifestRoundTripAndChecks) {
+  SnapshotInfo info;
+  info.step = 4;
+  SharedManifestRef inline_ref;
+  inline_ref.inline_bytes = "layout";
+  auto small = ParseSnapshotRecord(SerializeSnapshotRecord(info, "own", nullptr, &inline_ref), 4);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->shared.inline_bytes, "layout");
+  EXPECT_FALSE(small->shared.chunk.has_value());
+  EXPECT_EQ(small->info.manifest_bytes, 3u + 6u);
+
+  SharedManifestRef chunk_ref;
+  ChunkRef c;
+  c.hash.bytes.fill(0xab);
+  c.raw_bytes = 5000;
+  c.stored_bytes = 1200;
+  chunk_ref.chunk = c;
+  const std::string value = SerializeSnapshotRecord(info, "own", nullptr, &chunk_ref);
+  auto big = ParseSnapshotRecord(value, 4);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  ASSERT_TRUE(big->shared.chunk.has_value());
+  EXPECT_EQ(big->shared.chunk->hash, c.hash);
+  EXPECT_EQ(big->shared.chunk->raw_bytes, 5000u);
+  EXPECT_EQ(big->shared.chunk->stored_bytes, 1200u);
+  EXPECT_EQ(big->shared.inline_bytes, "");
+  EXPECT_EQ(big->info.manifest_bytes, 3u);
+  // The reference costs field 8's tag and length (2), the hash (2 + 16),
+  // raw_bytes 5000 and stored_bytes 1200 (1 + 2 each, varints).
+  EXPECT_EQ(value.size(), SerializeSnapshotRecord(info, "own").size() + 2 + 18 + 3 + 3);
+
+  proto::SnapshotRecord p;
+  ASSERT_TRUE(p.ParseFromString(value));
+  proto::SnapshotRecord both = p;
+  both.set_shared_manifest("x");
+  auto parsed = ParseSnapshotRecord(both.SerializeAsString(), 4);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(parsed.status().message(), "shared manifest both inline and in a chunk");
+  proto::SnapshotRecord short_hash = p;
+  short_hash.mutable_shared_manifest_chunk()->set_hash("abc");
+  parsed = ParseSnapshotRecord(short_hash.SerializeAsString(), 4);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(parsed.status().message(), "shared manifest: chunk hash is not 16 bytes");
+  proto::SnapshotRecord huge = p;
+  huge.mutable_shared_manifest_chunk()->set_raw_bytes(kMaxRecordGroupBytes + 1);
+  parsed = ParseSnapshotRecord(huge.SerializeAsString(), 4);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(parsed.status().message(), "shared manifest " + c.hash.Hex() + ": 268435457 bytes, outside 1..268435456");
+  proto::SnapshotRecord empty = p;
+  empty.mutable_shared_manifest_chunk()->set_raw_bytes(0);
+  parsed = ParseSnapshotRecord(empty.SerializeAsString(), 4);
+  EXPECT_EQ(parsed.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(parsed.status().message(), "shared manifest " + c.hash.Hex() + ": 0 bytes, outside 1..268435456");
+}
+
 }  // namespace
 }  // namespace trainsnap::internal

@@ -385,7 +385,7 @@ TEST_F(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
     proto::StoreMeta meta;
     ASSERT_TRUE(meta.ParseFromString(value));
-    EXPECT_EQ(meta.format_version(), 5u);
+    EXPECT_EQ(meta.format_version(), 6u);
     EXPECT_EQ(meta.chunk_bytes(), 4096u);
     EXPECT_EQ(meta.hash(), "xxh3-128");
     meta.set_format_version(99);
@@ -393,7 +393,7 @@ TEST_F(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
   }
   auto future = Store::Open(dir.Sub("s"));
   EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(future.status().message().find("store format version 99 is not supported (this build reads version 5)"),
+  EXPECT_NE(future.status().message().find("store format version 99 is not supported (this build reads version 6)"),
             std::string::npos)
       << future.status().message();
   EXPECT_NE(future.status().message().find(dir.Sub("s")), std::string::npos);
@@ -805,7 +805,8 @@ TEST_F(RocksStoreTest, RejectsBadOptions) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));  // nothing was created
 }
 
-// A store of an older format (chunk values in RocksDB, versions 1..4) is
+// A store of an older format (chunk values in RocksDB, versions 1..4; no
+// shared manifests, 5) is
 // refused by every open with NotSupported naming both versions, and left as
 // it was.
 TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
@@ -817,7 +818,7 @@ TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
   }
-  for (uint32_t old_version : {4u, 1u}) {
+  for (uint32_t old_version : {5u, 4u, 1u}) {
     {
       RawDb raw(path);
       ASSERT_TRUE(raw.ok()) << raw.error();
@@ -829,8 +830,8 @@ TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
       ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
     }
     const std::string expected = "store format version " + std::to_string(old_version) +
-                                 " is not supported (this build reads version 5: chunks in pack files; stores of "
-                                 "versions 1..4 are not converted)";
+                                 " is not supported (this build reads version 6: chunks in pack files, shared "
+                                 "manifests; stores of versions 1..5 are not converted)";
     for (bool read_only : {false, true}) {
       auto opened = read_only ? Store::OpenReadOnly(path) : Store::Open(path, SmallChunks());
       ASSERT_FALSE(opened.ok());

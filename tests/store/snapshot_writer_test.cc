@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <random>
 #include <set>
 #include <thread>
@@ -10,11 +12,17 @@
 
 #include "raw_db.h"
 #include "store/chunk_codec.h"
+#include "store/chunk_hash.h"
+#include "store/pack_entry.h"
+#include "store/pack_set.h"
 #include "store/keys.h"
 #include "store/records.h"
+#include "manifest.pb.h"
 #include "store.pb.h"
 #include "store_test_util.h"
 #include "testing/temp_dir.h"
+#include "torch/manifest_codec.h"
+#include "torch/manifest_format.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap {
@@ -534,7 +542,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &meta).ok());
     proto::StoreMeta m;
     ASSERT_TRUE(m.ParseFromString(meta));
-    EXPECT_EQ(m.format_version(), 5u);
+    EXPECT_EQ(m.format_version(), 6u);
     std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.tensors()));
     it->SeekToFirst();
     EXPECT_FALSE(it->Valid());  // no per-tensor records
@@ -642,7 +650,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
 
 // A store of small snapshots keeps the per-tensor layout (snapshot format
 // 1); its first snapshot of 256 tensors or more is grouped (snapshot format
-// 2). The store's format version (5) is the same for both. Both layouts
+// 2). The store's format version (6) is the same for both. Both layouts
 // read back, collect and verify in one store.
 TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes) {
   TempDir dir;
@@ -670,7 +678,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 1, small);
   }
-  EXPECT_EQ(meta_version(), 5u);
+  EXPECT_EQ(meta_version(), 6u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
@@ -682,7 +690,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 2, large);
   }
-  EXPECT_EQ(meta_version(), 5u);
+  EXPECT_EQ(meta_version(), 6u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
@@ -795,6 +803,381 @@ TEST(SnapshotWriterUnchangedTest, RecordOutlivesItsSnapshotButNotItsChunks) {
   EXPECT_EQ(gone.code(), StatusCode::kNotFound) << gone.ToString();
   EXPECT_NE(gone.message().find("is no longer stored"), std::string::npos) << gone.message();
   EXPECT_EQ((*writer)->Commit().status().code(), StatusCode::kAborted);
+}
+
+// --- shared manifests (docs/format.md, "Shared manifests") --------------------
+
+std::string SharedBytes(size_t n, int seed) {
+  std::string out;
+  out.reserve(n);
+  for (size_t i = 0; out.size() < n; ++i) out += "layers." + std::to_string(i * 7 + seed) + ".weight;";
+  out.resize(n);
+  return out;
+}
+
+Result<SnapshotInfo> CommitShared(Store& store, int64_t step, const std::vector<float>& tensor,
+                                  const std::string& shared, uint64_t* metadata = nullptr) {
+  TRAINSNAP_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(step));
+  TRAINSNAP_RETURN_IF_ERROR(writer->AddTensor(View(1, "param", tensor)));
+  writer->SetManifest("own" + std::to_string(step));
+  writer->SetSharedManifest(shared);
+  auto info = writer->Commit();
+  if (metadata != nullptr) *metadata = static_cast<internal::SnapshotWriterImpl&>(*writer).metadata_bytes();
+  return info;
+}
+
+internal::PackEntry IndexEntry(RawDb& raw, const ChunkHash& hash) {
+  std::string value;
+  EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(hash), &value).ok());
+  auto entry = internal::ParsePackEntry(value);
+  EXPECT_TRUE(entry.ok()) << entry.status().ToString();
+  return entry.ok() ? *entry : internal::PackEntry();
+}
+
+// A shared manifest of 4 KiB or more is one chunk in the packs that every
+// snapshot with equal bytes references: the second snapshot's metadata is
+// exactly its tensor record and snapshot record; smaller ones stay inline.
+// A byte flipped in the chunk's pack bytes is Corruption naming it, and a
+// Verify problem of each snapshot that references it.
+TEST(SnapshotWriterSharedManifestTest, StoredOnceInThePacksAndAFlippedByteIsFound) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const std::string layout = SharedBytes(100000, 1);
+  const std::string other = SharedBytes(100000, 2);
+  const std::string small = SharedBytes(4095, 3);
+  auto a = RandomFloats(16, 1);
+  std::vector<uint64_t> metadata(5);
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto first = CommitShared(**store, 1, a, small, &metadata[1]);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ(first->manifest_bytes, 4u + 4095u);  // inline: counted as repeated
+    for (int64_t step : {2, 3, 4}) {
+      auto info = CommitShared(**store, step, a, step == 4 ? other : layout, &metadata[step]);
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_EQ(info->manifest_bytes, 4u);
+      EXPECT_EQ(info->new_chunks, 0u);  // the tensor's chunk is step 1's; metadata is not counted here
+    }
+    for (int64_t step : {1, 2, 3, 4}) {
+      auto got = (*store)->SharedManifest(step);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, step == 1 ? small : step == 4 ? other : layout) << step;
+      EXPECT_EQ(*(*store)->Manifest(step), "own" + std::to_string(step));
+    }
+    EXPECT_EQ((*store)->SharedManifest(9).status().code(), StatusCode::kNotFound);
+    // Through the Store API alone: no shared manifest, empty bytes.
+    ASSERT_TRUE(WriteSnapshot(**store, 5, {{1, &a}}).ok());
+    EXPECT_EQ(*(*store)->SharedManifest(5), "");
+  }
+  ChunkHash other_hash;
+  internal::PackEntry other_entry;
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    std::string v[5];
+    internal::SnapshotRecordData d[5];
+    for (int step = 1; step <= 4; ++step) d[step] = StoredSnapshotRecord(raw, step, &v[step]);
+    EXPECT_FALSE(d[1].shared.chunk.has_value());
+    EXPECT_EQ(d[1].shared.inline_bytes, small);
+    ASSERT_TRUE(d[2].shared.chunk && d[3].shared.chunk && d[4].shared.chunk);
+    EXPECT_EQ(d[3].shared.chunk->hash, d[2].shared.chunk->hash);
+    EXPECT_EQ(d[2].shared.chunk->hash, internal::HashChunk(reinterpret_cast<const uint8_t*>(layout.data()), layout.size()));
+    EXPECT_EQ(d[2].shared.chunk->raw_bytes, 100000u);
+    EXPECT_LT(d[2].shared.chunk->stored_bytes, 100000u);  // compressed
+    other_hash = d[4].shared.chunk->hash;
+    // The chunk is in a pack file; the chunks CF holds its 28-byte index entry.
+    const internal::PackEntry entry = IndexEntry(raw, d[2].shared.chunk->hash);
+    EXPECT_EQ(entry.length, d[2].shared.chunk->stored_bytes);
+    EXPECT_EQ(entry.raw_bytes, 100000u);
+    other_entry = IndexEntry(raw, other_hash);
+    // Exact metadata: the tensor record (one, snapshot format 1) + the
+    // snapshot record; the shared chunk only where it was new.
+    auto tensor_record = [&](int64_t step) {
+      std::string value;
+      EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.tensors(), internal::EncodeTensorKey(step, 1, "param"),
+                                &value).ok());
+      return internal::EncodeTensorKey(step, 1, "param").size() + value.size();
+    };
+    EXPECT_EQ(metadata[1], tensor_record(1) + 8 + v[1].size());
+    EXPECT_EQ(metadata[2], tensor_record(2) + 8 + v[2].size() + d[2].shared.chunk->stored_bytes);
+    EXPECT_EQ(metadata[3], tensor_record(3) + 8 + v[3].size());  // the layout again: no chunk
+    EXPECT_EQ(metadata[4], tensor_record(4) + 8 + v[4].size() + d[4].shared.chunk->stored_bytes);
+    // The chunk reference costs the record field 8's tag and length (2),
+    // the hash (2 + 16), raw_bytes 100000 (1 + 3) and stored_bytes (1 + its
+    // varint); inline bytes cost themselves plus field 7's tag and length (3).
+    const uint64_t stored = d[3].shared.chunk->stored_bytes;
+    const size_t stored_varint = stored < (1u << 7) ? 1 : stored < (1u << 14) ? 2 : stored < (1u << 21) ? 3 : 4;
+    EXPECT_EQ(v[3].size(), internal::SerializeSnapshotRecord(d[3].info, "own3").size() + 2 + 18 + 4 + 1 + stored_varint);
+    EXPECT_EQ(v[1].size(), internal::SerializeSnapshotRecord(d[1].info, "own1").size() + 3u + 4095u);
+  }
+  {
+    // Flip the last byte of the other layout's chunk in its pack file.
+    const std::string pack = path + "/" + internal::kPackDir + "/" + internal::PackFileName(other_entry.pack);
+    std::fstream f(pack, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open()) << pack;
+    f.seekg(static_cast<std::streamoff>(other_entry.end() - 1));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    f.seekp(static_cast<std::streamoff>(other_entry.end() - 1));
+    f.write(&byte, 1);
+    ASSERT_TRUE(f.good());
+  }
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Status damaged = (*store)->SharedManifest(4).status();
+  EXPECT_EQ(damaged.code(), StatusCode::kCorruption);
+  EXPECT_NE(damaged.message().find("step 4: shared manifest " + other_hash.Hex()), std::string::npos)
+      << damaged.ToString();
+  EXPECT_EQ(*(*store)->SharedManifest(3), layout);  // the other chunk is intact
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok()) << verify.status().ToString();
+  ASSERT_EQ(verify->problems.size(), 1u);
+  EXPECT_EQ(verify->problems[0].step, 4);
+  EXPECT_FALSE(verify->problems[0].store);
+  EXPECT_EQ(verify->problems[0].hash, other_hash);
+  EXPECT_EQ(verify->problems[0].status.code(), StatusCode::kCorruption);
+  EXPECT_NE(verify->problems[0].status.message().find("step 4: shared manifest " + other_hash.Hex()),
+            std::string::npos)
+      << verify->problems[0].status.ToString();
+  verify = (*store)->Verify(4);
+  ASSERT_TRUE(verify.ok());
+  EXPECT_EQ(verify->problems.size(), 1u);
+  verify = (*store)->Verify(3);
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
+}
+
+// The shared manifest's chunk lives while a snapshot references it:
+// compaction moves it with the other live chunks of a sparse pack, and it
+// is collected (exactly it) when its last snapshot is deleted. StoreStats
+// counts it live, then collectable.
+TEST(SnapshotWriterSharedManifestTest, LiveThroughCompactionCollectedWithItsLastSnapshot) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const std::string layout = SharedBytes(100000, 1);
+  const std::string next_layout = SharedBytes(100000, 2);
+  auto big = RandomFloats(50000, 1);  // 49 incompressible chunks, deleted with step 1
+  auto small = RandomFloats(16, 2);
+  auto store = Store::Open(path, SmallChunks());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(CommitShared(**store, 1, big, layout).ok());
+  ASSERT_TRUE(CommitShared(**store, 2, small, layout).ok());
+  ASSERT_TRUE(CommitShared(**store, 3, small, next_layout).ok());
+  const ChunkHash layout_hash = internal::HashChunk(reinterpret_cast<const uint8_t*>(layout.data()), layout.size());
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  auto stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->collectable_chunks, 49u);  // step 1's tensor only
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 49u);
+  EXPECT_EQ(gc->chunks_live, 3u);  // the small tensor's chunk and both layouts
+  // The one pack was mostly garbage: its live chunks, the layouts among
+  // them, were copied to a new pack.
+  EXPECT_EQ(gc->packs_removed, 1u);
+  stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->chunks, 3u);
+  EXPECT_EQ(gc->pack_bytes_rewritten, stats->chunk_stored_bytes);
+  EXPECT_EQ(stats->collectable_chunks, 0u);
+  EXPECT_EQ(*(*store)->SharedManifest(2), layout);
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok()) << verify->problems[0].status.ToString();
+
+  // Step 2 was the layout's last snapshot: its chunk, and only it, goes.
+  auto before = (*store)->Stats();
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE((*store)->Delete(2).ok());
+  stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->collectable_chunks, 1u);
+  gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 1u);
+  stats = (*store)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(gc->bytes_deleted, before->chunk_stored_bytes - stats->chunk_stored_bytes);
+  EXPECT_EQ(stats->chunks, 2u);
+  EXPECT_EQ(*(*store)->SharedManifest(3), next_layout);
+  EXPECT_EQ(ReadFloats(**store, 3, 1), small);
+  store->reset();
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  std::string value;
+  EXPECT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.chunks(), internal::EncodeChunkKey(layout_hash), &value)
+                  .IsNotFound());
+}
+
+// Retention's incremental collection takes a pruned snapshot's shared
+// manifest chunk as a candidate: a layout no kept snapshot uses is gone
+// after the commit that pruned its last snapshot, a shared one stays.
+TEST(SnapshotWriterSharedManifestTest, RetentionCollectsALayoutNoKeptSnapshotUses) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  StoreOptions options = SmallChunks();
+  options.retention.keep_last = 1;
+  const std::string first = SharedBytes(20000, 1);
+  const std::string second = SharedBytes(20000, 2);
+  auto a = RandomFloats(16, 1);
+  {
+    auto store = Store::Open(path, options);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int64_t step : {1, 2, 3}) {
+      ASSERT_TRUE(CommitShared(**store, step, a, step < 3 ? first : second).ok());
+      if (step == 2) {
+        EXPECT_EQ(*(*store)->SharedManifest(2), first);  // step 1 pruned, its layout kept
+      }
+    }
+    EXPECT_EQ(*(*store)->SharedManifest(3), second);
+    auto list = (*store)->List();
+    ASSERT_TRUE(list.ok());
+    ASSERT_EQ(list->size(), 1u);
+  }
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  std::set<std::string> keys;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.chunks()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) keys.insert(it->key().ToString());
+  // The tensor's chunk and step 3's layout; step 1 and 2's layout is gone.
+  EXPECT_EQ(keys.size(), 2u);
+  std::string v3;
+  const auto d3 = StoredSnapshotRecord(raw, 3, &v3);
+  ASSERT_TRUE(d3.shared.chunk);
+  EXPECT_EQ(keys.count(internal::EncodeChunkKey(d3.shared.chunk->hash)), 1u);
+}
+
+// A shared manifest above 256 MiB is refused by the commit, nothing stored.
+TEST(SnapshotWriterSharedManifestTest, AboveTheBoundIsInvalidArgument) {
+  TempDir dir;
+  auto store = Store::Open(dir.Sub("s"), SmallChunks());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto writer = (*store)->BeginSnapshot(1);
+  ASSERT_TRUE(writer.ok());
+  (*writer)->SetSharedManifest(std::string(internal::kMaxRecordGroupBytes + 1, 'x'));
+  auto info = (*writer)->Commit();
+  EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(info.status().message(), "commit: shared manifest of 268435457 bytes, above 268435456");
+  EXPECT_EQ((*store)->Info(1).status().code(), StatusCode::kNotFound);
+}
+
+// A manifest as the checkpointer writes one for `n` parameters of 16 floats
+// under Adam at optimizer step `step` (tests/torch/manifest_codec_test.cc
+// checks the codec's byte counts).
+proto::TrainingManifest AdamManifest(int n, int64_t step, double lr) {
+  proto::TrainingManifest m;
+  m.set_format_version(internal::kManifestFormatVersion);
+  m.set_step(step);
+  m.add_models("");
+  proto::OptimizerManifest* adam = m.add_optimizers();
+  adam->set_type("Adam");
+  proto::ParamGroup* group = adam->add_groups();
+  group->mutable_options()->set_lr(lr);
+  group->mutable_options()->set_beta1(0.9);
+  for (int i = 0; i < n; ++i) {
+    proto::ContractParam* p = m.add_params();
+    p->set_id(0x1000 + static_cast<uint64_t>(i));
+    p->add_names("layers." + std::to_string(i) + ".weight");
+    p->add_shape(16);
+    p->set_dtype(static_cast<uint32_t>(DType::kFloat32));
+    p->set_device("cpu");
+    p->set_grad(proto::GRAD_ZERO);
+    group->add_param_ids(p->id());
+    proto::ParamOptimizerState* s = adam->add_params();
+    s->set_param_id(p->id());
+    s->set_step(step);
+    s->add_roles("exp_avg");
+    s->add_roles("exp_avg_sq");
+  }
+  m.mutable_scheduler()->set_step_count(static_cast<uint64_t>(step));
+  return m;
+}
+
+// Issue 18, item 4: a second snapshot of an unchanged 50,000-tensor layout in
+// which 3 tensors changed adds exactly its snapshot record, the 3 tensor
+// chunks and the 3 record groups that hold their records; the 3.3 MB layout
+// is not written again, and the snapshot record repeats 49 bytes of manifest.
+TEST(SnapshotWriterSharedManifestTest, UnchangedFiftyThousandTensorLayoutAddsOnlyWhatChanged) {
+  constexpr int kParams = 50000;
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<float>> values(kParams, std::vector<float>(16, 0.5f));
+  for (int i = 0; i < kParams; ++i) values[i][0] = static_cast<float>(i);  // distinct chunks
+  std::vector<uint64_t> metadata;
+  std::vector<SnapshotInfo> infos;
+  std::vector<StoreStats> stats;
+  std::string layout;
+  {
+    auto store = Store::Open(path, SmallChunks());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int64_t step : {1, 2}) {
+      if (step == 2) {
+        for (int i : {7, 25000, 49999}) values[i][3] += 1.f;  // three tensors change
+      }
+      auto encoded = internal::EncodeManifest(AdamManifest(kParams, step, step == 1 ? 1e-3 : 9e-4));
+      ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+      if (step == 1) layout = encoded->layout;
+      EXPECT_EQ(encoded->layout, layout);
+      auto writer = (*store)->BeginSnapshot(step);
+      ASSERT_TRUE(writer.ok());
+      for (int i = 0; i < kParams; ++i) {
+        ASSERT_TRUE((*writer)->AddTensor(View(0x1000 + static_cast<uint64_t>(i), "param", values[i])).ok());
+      }
+      (*writer)->SetManifest(encoded->own);
+      (*writer)->SetSharedManifest(encoded->layout);
+      auto info = (*writer)->Commit();
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      infos.push_back(*info);
+      metadata.push_back(static_cast<internal::SnapshotWriterImpl&>(**writer).metadata_bytes());
+      auto s = (*store)->Stats();
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      stats.push_back(*s);
+    }
+    auto joined = internal::DecodeManifest(*(*store)->Manifest(2), *(*store)->SharedManifest(2));
+    ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+    EXPECT_EQ(joined->params_size(), kParams);
+    EXPECT_EQ(joined->step(), 2);
+    EXPECT_EQ(joined->optimizers(0).groups(0).options().lr(), 9e-4);
+  }
+  EXPECT_EQ(layout.size(), 3302048u);
+  EXPECT_EQ(infos[0].manifest_bytes, 49u);
+  EXPECT_EQ(infos[1].manifest_bytes, 49u);
+  EXPECT_EQ(infos[1].new_chunks, 3u);
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  std::string v1, v2;
+  const internal::SnapshotRecordData d1 = StoredSnapshotRecord(raw, 1, &v1);
+  const internal::SnapshotRecordData d2 = StoredSnapshotRecord(raw, 2, &v2);
+  ASSERT_TRUE(d1.shared.chunk && d2.shared.chunk);
+  EXPECT_EQ(d2.shared.chunk->hash, d1.shared.chunk->hash);
+  std::set<ChunkHash> first_groups;
+  uint64_t first_group_bytes = 0;
+  for (const internal::RecordGroupRef& g : d1.groups) {
+    if (first_groups.insert(g.chunk.hash).second) first_group_bytes += g.chunk.stored_bytes;
+  }
+  uint64_t new_group_bytes = 0;
+  size_t new_groups = 0;
+  for (const internal::RecordGroupRef& g : d2.groups) {
+    if (first_groups.count(g.chunk.hash) == 0) {
+      ++new_groups;
+      new_group_bytes += g.chunk.stored_bytes;
+    }
+  }
+  EXPECT_EQ(new_groups, 3u);
+  // Exact: the first snapshot wrote the layout's chunk and every group; the
+  // second its snapshot record and the 3 changed groups.
+  EXPECT_EQ(metadata[0], 8 + v1.size() + first_group_bytes + d1.shared.chunk->stored_bytes);
+  EXPECT_EQ(metadata[1], 8 + v2.size() + new_group_bytes);
+  // The store grew by exactly the 3 tensor chunks and the 3 groups.
+  EXPECT_EQ(stats[1].chunks - stats[0].chunks, 6u);
+  EXPECT_EQ(stats[1].chunk_stored_bytes - stats[0].chunk_stored_bytes, infos[1].new_bytes + new_group_bytes);
+  std::cout << "50k tensors: snapshot 1 metadata " << metadata[0] << " B (layout chunk "
+            << d1.shared.chunk->stored_bytes << " B of " << layout.size() << ", " << d1.groups.size()
+            << " record groups " << first_group_bytes << " B, snapshot record " << v1.size()
+            << " B); snapshot 2 metadata " << metadata[1] << " B (snapshot record " << v2.size() << " B, "
+            << new_groups << " new groups " << new_group_bytes << " B)\n";
 }
 
 }  // namespace

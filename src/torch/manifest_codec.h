@@ -1,0 +1,45 @@
+// The checkpointer's manifest on disk (manifest format version 2,
+// proto/manifest.proto): a layout that snapshots share (the store's shared
+// manifest, stored once while it does not change) and a small per-snapshot
+// part (the store's manifest). No LibTorch: the CLI links it too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "manifest.pb.h"
+#include "trainsnap/status.h"
+#include "trainsnap/store.h"
+
+namespace trainsnap::internal {
+
+struct EncodedManifest {
+  std::string own;     // SnapshotManifest: for SnapshotWriter::SetManifest
+  std::string layout;  // TrainingManifest without per-snapshot fields: SetSharedManifest
+};
+
+// Splits `manifest` (written as kManifestFormatVersion whatever its
+// format_version). Equal layouts give byte-identical `layout` strings
+// (deterministic serialization), so the store keeps one copy. Consumes
+// `manifest`: it becomes the layout in place, so that a capture of 50k
+// parameters does not copy its manifest. InvalidArgument when a message
+// does not serialize.
+Result<EncodedManifest> EncodeManifest(proto::TrainingManifest&& manifest);
+
+// Joins a snapshot's manifest and its shared manifest back into one
+// TrainingManifest (format_version kManifestFormatVersion). Corruption when
+// a part does not parse, there is no layout, the layout's version differs,
+// or the per-snapshot part does not fit the layout (run lengths, unknown
+// gradient states, optimizer, group or extra counts); NotSupported naming
+// the version when `own`'s is not kManifestFormatVersion (version 1 stored
+// the whole TrainingManifest in the snapshot's manifest; no store this
+// build opens holds one written by a checkpointer).
+Result<proto::TrainingManifest> DecodeManifest(std::string_view own, std::string_view layout);
+
+// Store::Manifest + Store::SharedManifest + DecodeManifest. The store's
+// errors pass through (NotFound for a missing step, Corruption naming a
+// missing or damaged shared-manifest chunk).
+Result<proto::TrainingManifest> ReadManifest(Store& store, int64_t step);
+
+}  // namespace trainsnap::internal
