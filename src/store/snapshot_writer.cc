@@ -80,7 +80,7 @@ void SnapshotWriterImpl::SetManifest(std::string bytes) {
 }
 
 void SnapshotWriterImpl::SetSharedManifest(std::string bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   shared_manifest_ = std::move(bytes);
 }
 
@@ -136,6 +136,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     // commit comes first (see ChunkRegistry), so this one indexes it too.
     if (std::optional<InFlightChunk> flight = store_->registry().AcquireInFlight(ref->hash)) {
       HoldInFlight(ref->hash);
+      TRAINSNAP_RETURN_IF_ERROR(PinInFlightBase(*flight));
       stored = flight->chunk.entry.length;
       *depth = flight->depth;
       to_index = flight->chunk;
@@ -195,6 +196,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     HoldInFlight(ref->hash);
     appended = registered.chunk.entry == mine.chunk.entry;
     if (!appended) {
+      TRAINSNAP_RETURN_IF_ERROR(PinInFlightBase(registered));
       *depth = registered.depth;
       *delta = false;  // not this writer's encoding against `bases`
     }
@@ -218,6 +220,16 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     }
   }
   return Status::OK();
+}
+
+Status SnapshotWriterImpl::PinInFlightBase(const InFlightChunk& chunk) {
+  if (!chunk.chunk.base) return Status::OK();
+  // Every writer holding the chunk pins its base, so it stays pinned while
+  // the chunk is in flight; not stored would be a defect, refused.
+  TRAINSNAP_ASSIGN_OR_RETURN(bool present, PinExisting(*chunk.chunk.base));
+  if (present) return Status::OK();
+  return Status::Aborted("chunk " + chunk.chunk.hash.Hex() + ": the delta base " + chunk.chunk.base->Hex() +
+                         " of its in-flight copy is no longer stored; capture again");
 }
 
 void SnapshotWriterImpl::HoldInFlight(const ChunkHash& hash) {

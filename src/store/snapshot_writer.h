@@ -65,6 +65,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Notes a reference this writer took on an in-flight chunk (released by
   // the destructor).
   void HoldInFlight(const ChunkHash& hash);
+  // Pins the delta base of another writer's in-flight chunk this writer
+  // indexes (the appender may be gone by its commit).
+  Status PinInFlightBase(const InFlightChunk& chunk);
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 

@@ -416,6 +416,46 @@ TEST(InFlightChunkTest, TwoWritersOfTheSameBytesShareOneEncoding) {
   EXPECT_EQ(v3_header.delta_depth, 2);  // one more than its base's real depth
 }
 
+// The delta base of a reused in-flight chunk stays while the reusing writer
+// lives, even when the appender is gone and the base's snapshot is deleted
+// and collected before the commit.
+TEST(InFlightChunkTest, AReusedDeltasBaseOutlivesItsAppenderAndItsSnapshot) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  StoreOptions o;
+  o.chunk_bytes = 16384;
+  o.sync = false;
+  o.threads = 2;
+  o.reserve_bytes = 0;
+  o.keyframe_interval = 4;
+  o.delta_reference = DeltaReference::kParent;
+  const std::vector<float> v0 = RandomFloats(4096, 1);
+  const std::vector<float> v1 = Evolve(v0, 1, 11);
+  auto store = Store::Open(path, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &v0}}).ok());
+  auto w2 = (*store)->BeginSnapshot(2);
+  ASSERT_TRUE(w2.ok());
+  ASSERT_TRUE((*w2)->AddTensor(View(1, "param", v1)).ok());  // v1 against v0
+  auto w3 = (*store)->BeginSnapshot(3);
+  ASSERT_TRUE(w3.ok());
+  ASSERT_TRUE((*w3)->AddTensor(View(1, "param", v1)).ok());  // reuses step 2's delta
+  w2->reset();
+  ASSERT_TRUE((*store)->Delete(1).ok());
+  auto gc = (*store)->CollectGarbage();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->chunks_deleted, 0u);  // v0 is step 3's delta base
+  (*w3)->SetManifest("m");
+  auto committed = (*w3)->Commit();
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(ReadFloats(**store, 3, 1), v1);
+  ASSERT_TRUE((*store)->CollectGarbage().ok());
+  EXPECT_EQ(ReadFloats(**store, 3, 1), v1);
+  auto verify = (*store)->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->ok());
+}
+
 // A writer that reuses another's in-flight chunk can commit it after that
 // writer is gone, even when compaction ran in between: the chunk's pack,
 // below the second writer's own floor, stays while a writer holds the chunk.
