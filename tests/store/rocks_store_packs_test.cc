@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -317,17 +316,6 @@ TEST(PackCompactionKillTest, KilledAtEveryStepLosesNothingLive) {
 
 // --- in-flight chunks (ChunkRegistry) -----------------------------------------
 
-// `w` after `steps` small multiplicative updates: close enough to `w` for a
-// delta to pay.
-std::vector<float> Evolve(std::vector<float> w, int steps, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (int s = 0; s < steps; ++s) {
-    for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
-  }
-  return w;
-}
-
 // The header of the encoding the index holds for chunk `hash`.
 internal::ChunkHeader IndexedHeader(const std::string& path, const ChunkHash& hash) {
   RawDb raw(path);
@@ -350,13 +338,7 @@ internal::ChunkHeader IndexedHeader(const std::string& path, const ChunkHash& ha
 TEST(InFlightChunkTest, TwoWritersOfTheSameBytesShareOneEncoding) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  StoreOptions o;
-  o.chunk_bytes = 16384;  // one chunk per tensor
-  o.sync = false;
-  o.threads = 2;
-  o.reserve_bytes = 0;
-  o.keyframe_interval = 4;
-  o.delta_reference = DeltaReference::kParent;
+  const StoreOptions o = DeltaOptions(4);  // one chunk per tensor
   const std::vector<float> v0 = RandomFloats(4096, 1);
   const std::vector<float> v1 = Evolve(v0, 1, 11), v2 = Evolve(v1, 1, 12), v3 = Evolve(v2, 1, 13);
   SnapshotInfo info3, info4, info5;
@@ -422,13 +404,7 @@ TEST(InFlightChunkTest, TwoWritersOfTheSameBytesShareOneEncoding) {
 TEST(InFlightChunkTest, AReusedDeltasBaseOutlivesItsAppenderAndItsSnapshot) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  StoreOptions o;
-  o.chunk_bytes = 16384;
-  o.sync = false;
-  o.threads = 2;
-  o.reserve_bytes = 0;
-  o.keyframe_interval = 4;
-  o.delta_reference = DeltaReference::kParent;
+  const StoreOptions o = DeltaOptions(4);
   const std::vector<float> v0 = RandomFloats(4096, 1);
   const std::vector<float> v1 = Evolve(v0, 1, 11);
   auto store = Store::Open(path, o);

@@ -127,26 +127,6 @@ TEST(SnapshotWriterTest, ConcurrentAddTensor) {
 
 // The chain tests below use DeltaReference::kParent (chains of any depth);
 // the kKeyframe tests say so.
-StoreOptions DeltaOptions(int keyframe_interval, DeltaReference reference = DeltaReference::kParent) {
-  StoreOptions o;
-  o.chunk_bytes = 16384;  // 4096 floats per chunk
-  o.sync = false;
-  o.threads = 2;
-  o.keyframe_interval = keyframe_interval;
-  o.delta_reference = reference;
-  return o;
-}
-
-// Weights after `steps` small multiplicative updates (like a low learning rate).
-std::vector<float> Evolve(std::vector<float> w, int steps, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (int s = 0; s < steps; ++s) {
-    for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
-  }
-  return w;
-}
-
 // Chain depth of every chunk of (step, param_id, "param"), read from the
 // chunk headers of the closed store.
 std::vector<int> ChunkDepths(const std::string& path, int64_t step, uint64_t param_id) {

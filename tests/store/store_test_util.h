@@ -40,6 +40,28 @@ inline StoreOptions SmallChunks() {
   return o;
 }
 
+// Delta chains (keyframe_interval, reference) over 4096-float chunks.
+inline StoreOptions DeltaOptions(int keyframe_interval, DeltaReference reference = DeltaReference::kParent) {
+  StoreOptions o;
+  o.chunk_bytes = 16384;  // 4096 floats per chunk
+  o.sync = false;
+  o.threads = 2;
+  o.keyframe_interval = keyframe_interval;
+  o.delta_reference = reference;
+  return o;
+}
+
+// Weights after `steps` small multiplicative updates (like a low learning
+// rate): close enough to `w` for a delta to pay.
+inline std::vector<float> Evolve(std::vector<float> w, int steps, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int s = 0; s < steps; ++s) {
+    for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
+  }
+  return w;
+}
+
 inline Result<SnapshotInfo> WriteSnapshot(Store& store, int64_t step,
                                    const std::vector<std::pair<uint64_t, const std::vector<float>*>>& tensors,
                                    std::string manifest = "m", SnapshotOptions options = {}) {
