@@ -125,7 +125,7 @@ Result<std::vector<TensorRecord>> ParseRecordGroup(std::string_view raw, const R
 std::string SerializeSnapshotRecord(const SnapshotInfo& info, std::string_view manifest,
                                     const std::vector<RecordGroupRef>* groups, const SharedManifestRef* shared) {
   proto::SnapshotRecord p;
-  p.set_format_version(groups ? kGroupedSnapshotFormatVersion : kStoreFormatVersion);
+  p.set_format_version(groups ? kGroupedSnapshotRecordVersion : kPlainSnapshotRecordVersion);
   if (groups) {
     for (const RecordGroupRef& g : *groups) {
       proto::RecordGroupRef* r = p.add_record_groups();
@@ -160,10 +160,10 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   if (!p.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
     return Status::Corruption("snapshot record does not parse");
   }
-  if (p.format_version() != kStoreFormatVersion && p.format_version() != kGroupedSnapshotFormatVersion) {
+  if (p.format_version() != kPlainSnapshotRecordVersion && p.format_version() != kGroupedSnapshotRecordVersion) {
     return Status::NotSupported("snapshot record has format version " + std::to_string(p.format_version()) +
-                                "; this build reads versions " + std::to_string(kStoreFormatVersion) + " and " +
-                                std::to_string(kGroupedSnapshotFormatVersion));
+                                "; this build reads versions " + std::to_string(kPlainSnapshotRecordVersion) + " and " +
+                                std::to_string(kGroupedSnapshotRecordVersion));
   }
   if (p.step() != step) {
     return Status::Corruption("snapshot record holds step " + std::to_string(p.step()) + " under the key of step " +
@@ -196,7 +196,7 @@ Result<SnapshotRecordData> ParseSnapshotRecord(std::string_view value, int64_t s
   } else {
     out.shared.inline_bytes = p.shared_manifest();
   }
-  out.grouped = p.format_version() == kGroupedSnapshotFormatVersion;
+  out.grouped = p.format_version() == kGroupedSnapshotRecordVersion;
   if (!out.grouped && p.record_groups_size() > 0) {
     return Status::Corruption("snapshot record of format version 1 lists record groups");
   }

@@ -11,11 +11,13 @@
 
 namespace trainsnap::internal {
 
-// SnapshotRecord format versions: 1 keeps the tensor records in the tensors
-// CF; 2 (written since store format version 4) keeps them in record groups
-// (chunks of the chunks CF) that the snapshot record lists.
-inline constexpr uint32_t kStoreFormatVersion = 1;
-inline constexpr uint32_t kGroupedSnapshotFormatVersion = 2;
+// Versions of the snapshot record itself (SnapshotRecord.format_version; the
+// store's format version is the meta record's, kMetaFormatVersion in
+// rocks_store_internal.h): 1 keeps the tensor records in the tensors CF; 2
+// (written since store format version 4) keeps them in record groups,
+// chunks that the snapshot record lists.
+inline constexpr uint32_t kPlainSnapshotRecordVersion = 1;
+inline constexpr uint32_t kGroupedSnapshotRecordVersion = 2;
 // Bounds a record group's reference must keep (else Corruption), checked
 // before anything is allocated for it: a writer puts at most
 // kMaxGroupRecords records in a group, and kMaxRecordGroupBytes is far above
