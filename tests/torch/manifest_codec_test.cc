@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "testing/adam_manifest.h"
 #include "testing/training_rig.h"
 #include "torch/manifest_format.h"
 #include "trainsnap/checkpointer.h"
@@ -25,45 +26,15 @@ using capture_test::FirstDifference;
 using capture_test::Fingerprint;
 using capture_test::TempStore;
 using google::protobuf::util::MessageDifferencer;
+using testing::AdamManifest;
 
 // EncodeManifest consumes its argument: the tests keep theirs to compare.
 Result<internal::EncodedManifest> Encode(const proto::TrainingManifest& m) {
   return internal::EncodeManifest(proto::TrainingManifest(m));
 }
 
-// A manifest as the checkpointer writes one for `n` parameters of 16 floats
-// under Adam, at optimizer step `step`.
-proto::TrainingManifest LargeManifest(int n, int64_t step, double lr) {
-  proto::TrainingManifest m;
-  m.set_format_version(internal::kManifestFormatVersion);
-  m.set_step(step);
-  m.add_models("");
-  proto::OptimizerManifest* adam = m.add_optimizers();
-  adam->set_type("Adam");
-  proto::ParamGroup* group = adam->add_groups();
-  group->mutable_options()->set_lr(lr);
-  group->mutable_options()->set_beta1(0.9);
-  for (int i = 0; i < n; ++i) {
-    proto::ContractParam* p = m.add_params();
-    p->set_id(0x1000 + static_cast<uint64_t>(i));
-    p->add_names("layers." + std::to_string(i) + ".weight");
-    p->add_shape(16);
-    p->set_dtype(static_cast<uint32_t>(DType::kFloat32));
-    p->set_device("cpu");
-    p->set_grad(proto::GRAD_ZERO);
-    group->add_param_ids(p->id());
-    proto::ParamOptimizerState* s = adam->add_params();
-    s->set_param_id(p->id());
-    s->set_step(step);
-    s->add_roles("exp_avg");
-    s->add_roles("exp_avg_sq");
-  }
-  m.mutable_scheduler()->set_step_count(static_cast<uint64_t>(step));
-  return m;
-}
-
 TEST(ManifestCodecTest, RoundTripsEveryPerSnapshotFieldAndTheLayoutIgnoresThem) {
-  proto::TrainingManifest a = LargeManifest(5, 3, 1e-3);
+  proto::TrainingManifest a = AdamManifest(5, 3, 1e-3);
   a.mutable_params(1)->set_grad(proto::GRAD_STORED);
   a.mutable_params(2)->set_grad(proto::GRAD_OMITTED);
   a.mutable_optimizers(0)->mutable_params(4)->set_step(2);
@@ -130,8 +101,8 @@ TEST(ManifestCodecTest, RoundTripsEveryPerSnapshotFieldAndTheLayoutIgnoresThem) 
 // whatever the step; format version 1 stored 3.5 MB per snapshot.
 TEST(ManifestCodecTest, FiftyThousandParametersRepeatOnlyTheirOwnPart) {
   constexpr int kParams = 50000;
-  const proto::TrainingManifest m1 = LargeManifest(kParams, 1, 1e-3);
-  const proto::TrainingManifest m2 = LargeManifest(kParams, 2, 9e-4);
+  const proto::TrainingManifest m1 = AdamManifest(kParams, 1, 1e-3);
+  const proto::TrainingManifest m2 = AdamManifest(kParams, 2, 9e-4);
   auto e1 = Encode(m1);
   auto e2 = Encode(m2);
   ASSERT_TRUE(e1.ok() && e2.ok());
@@ -150,7 +121,7 @@ TEST(ManifestCodecTest, FiftyThousandParametersRepeatOnlyTheirOwnPart) {
 }
 
 TEST(ManifestCodecTest, APartThatDoesNotFitItsLayoutIsCorruptionAndUnknownVersionsNotSupported) {
-  const proto::TrainingManifest m = LargeManifest(4, 7, 1e-3);
+  const proto::TrainingManifest m = AdamManifest(4, 7, 1e-3);
   auto e = Encode(m);
   ASSERT_TRUE(e.ok());
   proto::SnapshotManifest own;
