@@ -192,12 +192,17 @@ Status PackSet::Sync() {
   }
   MutexLock lock(&mu_);
   std::vector<uint32_t> done = failed;
-  if (result.ok()) {
+  if (!dir_failed) {
+    // What each successful fsync covered is durable (a failed fsync of one
+    // pack does not undo another's).
     for (const Pending& p : pending) {
+      if (std::find(failed.begin(), failed.end(), p.pack) != failed.end()) continue;
       durable_[p.pack] = std::max(durable_[p.pack], p.size);
       auto w = writers_.find(p.pack);
       if (w != writers_.end()) w->second.synced = std::max(w->second.synced, p.size);
     }
+  }
+  if (result.ok()) {
     for (uint32_t pack : new_packs) {
       auto w = writers_.find(pack);
       if (w != writers_.end()) w->second.dir_synced = true;
@@ -207,14 +212,6 @@ Status PackSet::Sync() {
     for (uint32_t pack : new_packs) {
       durable_[pack] = 0;
       done.push_back(pack);
-    }
-  } else {
-    // A failed fsync of one pack: the others' bytes are durable all the same.
-    for (const Pending& p : pending) {
-      if (std::find(failed.begin(), failed.end(), p.pack) != failed.end()) continue;
-      durable_[p.pack] = std::max(durable_[p.pack], p.size);
-      auto w = writers_.find(p.pack);
-      if (w != writers_.end()) w->second.synced = std::max(w->second.synced, p.size);
     }
   }
   // Packs no capture appends to any more and wholly durable are closed.

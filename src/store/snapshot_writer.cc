@@ -135,8 +135,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     // Another live writer's chunk: the same encoding is indexed by whichever
     // commit comes first (see ChunkRegistry), so this one indexes it too.
     if (std::optional<InFlightChunk> flight = store_->registry().AcquireInFlight(ref->hash)) {
-      HoldInFlight(ref->hash);
-      TRAINSNAP_RETURN_IF_ERROR(PinInFlightBase(*flight));
+      TRAINSNAP_RETURN_IF_ERROR(AdoptInFlight(*flight));
       stored = flight->chunk.entry.length;
       *depth = flight->depth;
       to_index = flight->chunk;
@@ -193,10 +192,9 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     // the first registered copy is the one indexed, this one stays
     // unreferenced (compaction drops it).
     const InFlightChunk registered = store_->registry().RegisterInFlight(mine);
-    HoldInFlight(ref->hash);
+    TRAINSNAP_RETURN_IF_ERROR(AdoptInFlight(registered));
     appended = registered.chunk.entry == mine.chunk.entry;
     if (!appended) {
-      TRAINSNAP_RETURN_IF_ERROR(PinInFlightBase(registered));
       *depth = registered.depth;
       *delta = false;  // not this writer's encoding against `bases`
     }
@@ -222,19 +220,19 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   return Status::OK();
 }
 
-Status SnapshotWriterImpl::PinInFlightBase(const InFlightChunk& chunk) {
+Status SnapshotWriterImpl::AdoptInFlight(const InFlightChunk& chunk) {
+  {
+    MutexLock lock(&mu_);
+    in_flight_held_.push_back(chunk.chunk.hash);
+  }
   if (!chunk.chunk.base) return Status::OK();
-  // Every writer holding the chunk pins its base, so it stays pinned while
-  // the chunk is in flight; not stored would be a defect, refused.
+  // Every writer holding the chunk pins its base (the appender did when it
+  // encoded it), so it stays pinned while the chunk is in flight; not
+  // stored would be a defect, refused.
   TRAINSNAP_ASSIGN_OR_RETURN(bool present, PinExisting(*chunk.chunk.base));
   if (present) return Status::OK();
   return Status::Aborted("chunk " + chunk.chunk.hash.Hex() + ": the delta base " + chunk.chunk.base->Hex() +
                          " of its in-flight copy is no longer stored; capture again");
-}
-
-void SnapshotWriterImpl::HoldInFlight(const ChunkHash& hash) {
-  MutexLock lock(&mu_);
-  in_flight_held_.push_back(hash);
 }
 
 Status SnapshotWriterImpl::AddUnchangedTensor(uint64_t param_id, const std::string& role, int64_t from_step) {

@@ -62,12 +62,10 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // Reserves (param_id, role), pins every chunk of `record` and checks it
   // is stored, then adds the record; `fail` adds the caller's context.
   Status AddRecord(TensorRecord record, const std::function<Status(Status)>& fail);
-  // Notes a reference this writer took on an in-flight chunk (released by
-  // the destructor).
-  void HoldInFlight(const ChunkHash& hash);
-  // Pins the delta base of another writer's in-flight chunk this writer
-  // indexes (the appender may be gone by its commit).
-  Status PinInFlightBase(const InFlightChunk& chunk);
+  // Notes the reference this writer took on an in-flight chunk (released by
+  // the destructor) and pins the chunk's delta base: the writer may index it
+  // after its appender is gone.
+  Status AdoptInFlight(const InFlightChunk& chunk);
   // Pins `hash` for this writer; whether the store holds it.
   Result<bool> PinExisting(const ChunkHash& hash);
 
