@@ -201,6 +201,10 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   auto snapshot = std::make_unique<StagedSnapshot>();
   snapshot->step = step;
   if (options.placement != nullptr) snapshot->staging.Defer();
+  // Room for each trainable parameter, its gradient and two optimizer
+  // tensors (Adam's state), and every buffer and frozen parameter, so that
+  // the usual capture never moves its staged tensors while it grows.
+  snapshot->staging.Reserve(4 * contract.trainable.size() + contract.buffers.size() + contract.frozen.size());
   proto::TrainingManifest& manifest = snapshot->manifest;
   manifest.set_format_version(kManifestFormatVersion);
   manifest.set_step(step);

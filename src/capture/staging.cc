@@ -65,6 +65,11 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
   return AddHost(param_id, std::move(role), CopyToHost(tensor), std::move(name));
 }
 
+void StagingArea::Reserve(size_t n) {
+  (deferring_ ? deferred_ : tensors_).reserve(n);
+  keys_.reserve(n);
+}
+
 Status StagingArea::Materialize(const std::vector<bool>& keep) {
   if (keep.size() != deferred_.size()) {
     return Status::InvalidArgument("placement of " + std::to_string(keep.size()) + " tensors, " +

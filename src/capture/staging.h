@@ -54,6 +54,9 @@ class StagingArea {
   // keep.size() == deferred().size(); copies in deferred() order.
   Status Materialize(const std::vector<bool>& keep);
 
+  // Room for `n` tensors (staged or deferred) without moving any.
+  void Reserve(size_t n);
+
   const std::vector<StagedTensor>& tensors() const { return tensors_; }
   uint64_t bytes() const { return bytes_; }
 

@@ -36,20 +36,26 @@ StagingScope::~StagingScope() {
 StagingScope* StagingScope::Current() { return current_scope; }
 
 torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
-  torch::Tensor src = tensor.detach();
-  const c10::Device device = src.device();
-  const size_t bytes = src.nbytes();
+  const c10::Device device = tensor.device();
+  const size_t bytes = tensor.nbytes();
   torch::Tensor dst = bytes > 0 && bytes < kSmallTensorBytes
-                          ? slabs_.Acquire(*pool_, src.sizes(), src.scalar_type(), PinnedFor(device), owner_)
-                          : pool_->Acquire(src.sizes(), src.scalar_type(), PinnedFor(device), owner_);
+                          ? slabs_.Acquire(*pool_, tensor.sizes(), tensor.scalar_type(), PinnedFor(device), owner_)
+                          : pool_->Acquire(tensor.sizes(), tensor.scalar_type(), PinnedFor(device), owner_);
   if (dst.numel() == 0) return dst;
+  if (device.is_cpu() && tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg() &&
+      (bytes < kParallelCopyBytes || copy_pool_ == nullptr)) {
+    // Many small tensors: a memcpy costs a fraction of copy_'s dispatch and
+    // needs no detached handle (copy_ also resolves lazy conjugate/negative
+    // views, hence the test).
+    std::memcpy(dst.data_ptr(), tensor.data_ptr(), bytes);
+    return dst;
+  }
+  // The paths below copy through LibTorch, later or at once: from a detached
+  // handle, so that no copy is recorded by autograd.
+  torch::Tensor src = tensor.detach();
   if (device.is_cpu()) {
-    if (src.is_contiguous() && src.nbytes() >= kParallelCopyBytes && copy_pool_ != nullptr) {
+    if (src.is_contiguous() && bytes >= kParallelCopyBytes && copy_pool_ != nullptr) {
       host_copies_.push_back({src, dst});
-    } else if (src.is_contiguous() && !src.is_conj() && !src.is_neg()) {
-      // Many small tensors: a memcpy costs a fraction of copy_'s dispatch
-      // (copy_ also resolves lazy conjugate/negative views, hence the test).
-      std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
     } else {
       dst.copy_(src);
     }

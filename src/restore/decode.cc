@@ -13,12 +13,6 @@ namespace trainsnap::internal {
 
 namespace {
 
-struct DecodedKeyHash {
-  size_t operator()(const DecodedKey& key) const {
-    return std::hash<uint64_t>()(key.first) ^ (std::hash<std::string>()(key.second) * 0x9e3779b97f4a7c15ull);
-  }
-};
-
 // Host tensors under kSmallTensorBytes are cut from shared slabs rather
 // than allocated one by one (why: torch/slab_chain.h). One chain of slabs per
 // role: the slabs of tensors that apply copies into live ones (parameters)
@@ -87,6 +81,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   }
   TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));
   DecodedTensors decoded;
+  decoded.reserve(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
     decoded.emplace(DecodedKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
   }

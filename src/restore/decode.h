@@ -3,9 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,15 @@
 namespace trainsnap::internal {
 
 using DecodedKey = std::pair<uint64_t, std::string>;  // (param_id, role)
-using DecodedTensors = std::map<DecodedKey, torch::Tensor>;
+struct DecodedKeyHash {
+  size_t operator()(const DecodedKey& key) const {
+    return std::hash<uint64_t>()(key.first) ^ (std::hash<std::string>()(key.second) * 0x9e3779b97f4a7c15ull);
+  }
+};
+// Hashed, not ordered: the plan looks every tensor up once, in manifest
+// order; at 150,000 string-keyed nodes an ordered map's look-ups and
+// inserts grew faster than the count (issue 18: linear scaling).
+using DecodedTensors = std::unordered_map<DecodedKey, torch::Tensor, DecodedKeyHash>;
 
 // A tensor the manifest says the snapshot holds, with what it must look like.
 struct WantedTensor {

@@ -140,6 +140,9 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
 
   // 3. Decode every tensor into staging memory, hashes verified.
   std::vector<WantedTensor> wanted;
+  // Room for a parameter, its gradient and two optimizer tensors each (Adam's
+  // state), so that the usual case never moves 150,000 entries.
+  wanted.reserve(4 * static_cast<size_t>(manifest.params_size()) + static_cast<size_t>(manifest.model_tensors_size()));
   for (const proto::ContractParam& param : manifest.params()) {
     wanted.push_back(Want(param.id(), "param", param));
     if (options.restore_gradients && param.grad() == proto::GRAD_STORED) {

@@ -4,6 +4,7 @@
 #include "store/rocks_store_internal.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "store/chunk_codec.h"
 #include "store/chunk_hash.h"
@@ -64,7 +65,9 @@ Status RocksStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
 Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget) {
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
-  std::vector<uint8_t> base;
+  // The base's decoded bytes; uninitialised (DecodeChunk writes every byte):
+  // zero-filling a base per delta chunk cost a memset of the chunk's size.
+  std::unique_ptr<uint8_t[]> base;
   if (header->filter == ChunkFilter::kXorDelta) {
     // The base is read and checked like any chunk (its bytes are what the
     // hash names, whichever encoding the index holds); the budget ends the
@@ -83,13 +86,13 @@ Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
       return Status::Corruption(where + ": delta chain longer than " + std::to_string(kMaxDeltaDepth) +
                                 " links (a cycle)");
     }
-    base.resize(ref.raw_bytes);
+    base.reset(new uint8_t[ref.raw_bytes]);
     ChunkRef base_ref;
     base_ref.hash = header->base;
     base_ref.raw_bytes = ref.raw_bytes;
-    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.data(), depth_budget - 1).WithContext(where));
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.get(), depth_budget - 1).WithContext(where));
   }
-  Status s = DecodeChunk(value, dst, ref.raw_bytes, base.empty() ? nullptr : base.data());
+  Status s = DecodeChunk(value, dst, ref.raw_bytes, base.get());
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
   if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
     return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");

@@ -8,9 +8,21 @@ torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArray
   const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
   const size_t piece = (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment;
   if (*used > slab.nbytes() || piece > slab.nbytes() - *used) return torch::Tensor();
-  void* data = static_cast<uint8_t*>(slab.data_ptr()) + *used;
+  const size_t offset = static_cast<size_t>(slab.storage_offset()) * slab.element_size() + *used;
+  if (offset % c10::elementSize(dtype) != 0) return torch::Tensor();  // only a slab that starts off-alignment
   *used += piece;
-  return torch::from_blob(data, sizes, [slab](void*) {}, torch::TensorOptions().dtype(dtype));
+  // The piece is a tensor over the slab's own storage, not from_blob with a
+  // deleter that holds the slab: one TensorImpl instead of a deleter context,
+  // a StorageImpl and two TensorImpls (from_blob's and make_variable's copy).
+  // At 150,000 small tensors per capture those allocations were a fifth of
+  // the staging time (issue 18: linear scaling). Pieces are aligned to
+  // kSlabAlignment, a multiple of every element size, so the byte offset is
+  // a whole number of elements.
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(slab.storage()), slab.key_set(),
+                                                   c10::scalarTypeToTypeMeta(dtype));
+  impl->set_storage_offset(static_cast<int64_t>(offset / c10::elementSize(dtype)));
+  impl->set_sizes_contiguous(sizes);
+  return torch::Tensor(std::move(impl));
 }
 
 }  // namespace trainsnap::internal

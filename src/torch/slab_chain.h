@@ -19,8 +19,10 @@ constexpr size_t kSlabAlignment = 64;
 
 // A contiguous tensor of `sizes`/`dtype` cut from the uint8 buffer `slab` at
 // offset `*used` (a multiple of kSlabAlignment), which then moves past it,
-// rounded up to the next multiple; the piece keeps the slab alive. An
-// undefined tensor when the rest of the slab is too small.
+// rounded up to the next multiple; the piece shares the slab's storage and
+// so keeps it alive. An undefined tensor when the rest of the slab is too
+// small, or when the piece would not start on a whole element of `dtype`
+// (a slab whose own data starts off a kSlabAlignment boundary).
 torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype);
 
 // Pieces cut from the current slab; `fresh()` gives the next one (a uint8
