@@ -13,6 +13,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/utilities/optimistic_transaction_db.h>
 
 #include "store/column_families.h"
 #include "store/keys.h"
@@ -104,6 +105,8 @@ inline std::string PrefixUpperBound(std::string prefix) {
 std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies();
 // The database options every open starts from.
 rocksdb::DBOptions BaseDbOptions();
+// The transaction options of a writable open.
+rocksdb::OptimisticTransactionDBOptions TransactionDbOptions();
 // Reads of chunk values on the restore path (see the definition).
 rocksdb::ReadOptions ChunkReadOptions();
 

@@ -94,6 +94,21 @@ rocksdb::DBOptions BaseDbOptions() {
   // to max_total_wal_size (and table files likewise), space that a nearly
   // full disk lacks and that statvfs counts as used.
   o.allow_fallocate = false;
+  // Open table files on the opening thread: RocksDB's default starts 16
+  // threads per open to load them, and in a process that has loaded
+  // LibTorch each new thread spends milliseconds zero-filling its static TLS
+  // (measured: most of a read-only open's time). The store has few tables.
+  o.max_file_opening_threads = 1;
+  return o;
+}
+
+rocksdb::OptimisticTransactionDBOptions TransactionDbOptions() {
+  rocksdb::OptimisticTransactionDBOptions o;
+  // Commits validate in parallel under per-key bucket locks. RocksDB's default
+  // of 2^20 buckets allocates a million mutexes at every writable open (most
+  // of Store::Open's time, measured); commits here are few and serialized by
+  // the store's commit lock, so a few thousand buckets never contend.
+  o.occ_lock_buckets = 4096;
   return o;
 }
 
