@@ -1,6 +1,7 @@
 // Writes the fuzzers' seed corpora from real encoded values: chunks of
-// several dtypes and codecs, tensor and snapshot records, keys.
-//   make_fuzz_seeds <chunk dir> <record dir>
+// several dtypes and codecs, tensor and snapshot records, keys, and split
+// manifests (manifest_codec_fuzzer's input: 2 bytes of split, own, layout).
+//   make_fuzz_seeds <chunk dir> <record dir> <manifest dir>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "store/chunk_hash.h"
 #include "store/keys.h"
 #include "store/records.h"
+#include "torch/manifest_codec.h"
 
 using namespace trainsnap;
 using namespace trainsnap::internal;
@@ -22,8 +24,8 @@ void Write(const std::string& dir, const std::string& name, const std::string& b
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return 1;
-  const std::string chunks = argv[1], records = argv[2];
+  if (argc != 4) return 1;
+  const std::string chunks = argv[1], records = argv[2], manifests = argv[3];
   std::vector<float> smooth(1024);
   for (size_t i = 0; i < smooth.size(); ++i) smooth[i] = std::sin(0.01f * i);
   std::vector<uint8_t> noise(3000);
@@ -60,5 +62,39 @@ int main(int argc, char** argv) {
   Write(records, "snapshot_record", SerializeSnapshotRecord(info, "manifest bytes"));
   Write(records, "step_key", EncodeStepKey(-42));
   Write(records, "tensor_key", EncodeTensorKey(12, 99, "exp_avg"));
+
+  // A manifest with what the per-snapshot part carries: gradient runs,
+  // optimizer steps and group options, scheduler, window, RNG, extra state.
+  proto::TrainingManifest m;
+  m.set_step(5);
+  m.add_models("");
+  for (int i = 0; i < 6; ++i) {
+    proto::ContractParam* p = m.add_params();
+    p->set_id(100 + i);
+    p->add_names("layer" + std::to_string(i) + ".weight");
+    p->add_shape(4);
+    p->set_dtype(static_cast<uint32_t>(DType::kFloat32));
+    p->set_grad(i % 3 == 0 ? proto::GRAD_STORED : proto::GRAD_ZERO);
+  }
+  proto::OptimizerManifest* opt = m.add_optimizers();
+  opt->set_name("adam");
+  opt->set_type("Adam");
+  opt->add_groups()->mutable_options()->set_lr(1e-3);
+  for (int i = 0; i < 6; ++i) {
+    proto::ParamOptimizerState* s = opt->add_params();
+    s->set_param_id(100 + i);
+    s->set_step(i < 4 ? 7 : 3);
+    s->add_roles("exp_avg");
+  }
+  m.mutable_scheduler()->set_step_count(9);
+  m.mutable_accumulation()->set_micro_step(1);
+  m.add_extra()->set_name("sampler");
+  m.mutable_extra(0)->set_state("position 42");
+  auto encoded = EncodeManifest(std::move(m));
+  if (!encoded.ok()) return 1;
+  std::string input(2, '\0');
+  input[0] = static_cast<char>(encoded->own.size() & 0xff);
+  input[1] = static_cast<char>(encoded->own.size() >> 8);
+  Write(manifests, "manifest", input + encoded->own + encoded->layout);
   return 0;
 }

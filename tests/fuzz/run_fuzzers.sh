@@ -12,7 +12,7 @@ build="${1:?build dir}"
 seconds="${2:-20}"
 shift 2 || true
 targets=("$@")
-((${#targets[@]})) || targets=(chunk_decoder record_parsers)
+((${#targets[@]})) || targets=(chunk_decoder record_parsers manifest_codec)
 export CC="${CC:-clang-14}" CXX="${CXX:-clang++-14}"
 if ! command -v "$CXX" >/dev/null; then
   echo "run_fuzzers: $CXX not found; install clang-14 and libclang-rt-14-dev (scripts/setup.sh)" >&2
@@ -20,8 +20,8 @@ if ! command -v "$CXX" >/dev/null; then
 fi
 cmake -S "$here/standalone" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"${TRAINSNAP_JOBS:-2}" >/dev/null
-mkdir -p "$build/seeds/chunk_decoder" "$build/seeds/record_parsers" "$build/artifacts"
-"$build/make_fuzz_seeds" "$build/seeds/chunk_decoder" "$build/seeds/record_parsers"
+mkdir -p "$build/seeds/chunk_decoder" "$build/seeds/record_parsers" "$build/seeds/manifest_codec" "$build/artifacts"
+"$build/make_fuzz_seeds" "$build/seeds/chunk_decoder" "$build/seeds/record_parsers" "$build/seeds/manifest_codec"
 status=0
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"
