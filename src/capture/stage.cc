@@ -78,8 +78,8 @@ Status StageTrainable(const ContractEntry& entry, bool with_grad, StagedSnapshot
     param->set_grad(proto::GRAD_ZERO);
     return Status::OK();
   }
-  torch::Tensor host = StagingArea::CopyToHost(grad);
-  if (!check_in_place && StagingArea::IsAllZeroBytes(host)) {
+  torch::Tensor host = snapshot.staging.CopyToHost(grad);
+  if (!check_in_place && snapshot.staging.IsAllZeroBytes(host)) {
     param->set_grad(proto::GRAD_ZERO);
     return Status::OK();
   }
@@ -192,13 +192,14 @@ Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              const Reuse& reuse) {
+                                              const Reuse& reuse, StagingScope* scope) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(state));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(state));
   TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
   TRAINSNAP_RETURN_IF_ERROR(CheckNoFrozenGradients(contract));
 
   auto snapshot = std::make_unique<StagedSnapshot>();
+  snapshot->staging = StagingArea(scope);
   snapshot->step = step;
   if (options.placement != nullptr) snapshot->staging.Defer();
   // Room for each trainable parameter, its gradient and two optimizer

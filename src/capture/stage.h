@@ -38,9 +38,12 @@ struct Reuse {
 // when a Stateful's SaveState throws. May throw c10::Error (the caller's
 // ExceptionBoundary converts it). With `reuse`, frozen parameters unchanged since the tracker's last
 // committed capture go to StagedSnapshot::unchanged (with their records read
-// from `reuse.store`) instead of the staging area.
+// from `reuse.store`) instead of the staging area. `scope`: see StagingArea's
+// constructor (null: plain copies, readable at once; otherwise the caller
+// finishes the scope before the staged bytes are read, and the staged
+// snapshot's staging area makes no copy after Stage returns).
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              const Reuse& reuse = {});
+                                              const Reuse& reuse = {}, StagingScope* scope = nullptr);
 
 }  // namespace trainsnap::internal

@@ -8,8 +8,7 @@
 namespace trainsnap::internal {
 
 torch::Tensor StagingArea::CopyToHost(const torch::Tensor& tensor) {
-  // An asynchronous capture stages into its pooled, bounded buffers.
-  if (StagingScope* scope = StagingScope::Current()) return scope->CopyToHost(tensor);
+  if (scope_ != nullptr) return scope_->CopyToHost(tensor);
   // copy=true: a fresh buffer even when `tensor` is already a contiguous CPU
   // tensor, so that training may overwrite it while the copy is encoded.
   return tensor.detach().to(torch::kCPU, tensor.scalar_type(), /*non_blocking=*/false, /*copy=*/true,
@@ -34,8 +33,7 @@ Status StagingArea::CheckStageable(const torch::Tensor& tensor) {
 }
 
 bool StagingArea::IsAllZeroBytes(const torch::Tensor& host) {
-  // The bytes of an asynchronous capture's copies may still be in flight.
-  if (StagingScope* scope = StagingScope::Current()) scope->Settle();
+  if (scope_ != nullptr) scope_->Settle();
   return IsAllZeroInPlace(host);
 }
 

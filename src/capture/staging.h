@@ -16,6 +16,8 @@
 
 namespace trainsnap::internal {
 
+class StagingScope;
+
 struct StagedTensor {
   uint64_t param_id = 0;
   std::string role;
@@ -27,15 +29,24 @@ struct StagedTensor {
 // Not thread-safe; filled by one thread, then read-only.
 class StagingArea {
  public:
-  // A contiguous CPU copy of `tensor` that shares no memory with it.
-  static torch::Tensor CopyToHost(const torch::Tensor& tensor);
+  // `scope` null: every copy is a fresh tensor of its own (a synchronous
+  // capture). Otherwise the copies go through `scope` (an asynchronous
+  // capture's pooled, bounded buffers), which must outlive every call below
+  // that copies or reads staged bytes (CopyToHost, Add, Materialize,
+  // IsAllZeroBytes); tensors() and the views stay valid without it.
+  explicit StagingArea(StagingScope* scope = nullptr) : scope_(scope) {}
+
+  // A contiguous CPU copy of `tensor` that shares no memory with it. Through
+  // a scope, its bytes are readable after the scope settles (IsAllZeroBytes
+  // does that) or finishes.
+  torch::Tensor CopyToHost(const torch::Tensor& tensor);
   // NotSupported unless `tensor` holds dense data a host copy can be taken
   // of: meta tensors (no data), sparse and mkldnn layouts. The message says
   // what kind of tensor it is; the caller adds which one.
   static Status CheckStageable(const torch::Tensor& tensor);
   // True when every byte of the (contiguous, host) tensor is zero. Waits
-  // for the current capture's copies in flight (the tensor may be one).
-  static bool IsAllZeroBytes(const torch::Tensor& host);
+  // for the scope's copies in flight first (the tensor may be one of them).
+  bool IsAllZeroBytes(const torch::Tensor& host);
   // The same for a live contiguous CPU tensor, without waiting.
   static bool IsAllZeroInPlace(const torch::Tensor& tensor);
 
@@ -65,6 +76,7 @@ class StagingArea {
   struct KeyHash {
     size_t operator()(const Key& key) const { return std::hash<std::string>()(key.second) * 31 + key.first; }
   };
+  StagingScope* scope_;  // not owned; may be null
   std::vector<StagedTensor> tensors_;
   bool deferring_ = false;
   std::vector<StagedTensor> deferred_;

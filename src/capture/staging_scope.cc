@@ -10,20 +10,15 @@ namespace trainsnap::internal {
 
 namespace {
 
-thread_local StagingScope* current_scope = nullptr;
-
 // Whether pinned host memory is available for `device`'s copies.
 bool PinnedFor(const c10::Device& device) { return device.is_cuda() && torch::cuda::is_available(); }
 
 }  // namespace
 
 StagingScope::StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::thread_pool* copy_pool)
-    : pool_(std::move(pool)), copy_pool_(copy_pool), previous_(current_scope) {
-  current_scope = this;
-}
+    : pool_(std::move(pool)), copy_pool_(copy_pool) {}
 
 StagingScope::~StagingScope() {
-  current_scope = previous_;
   host_copies_.clear();  // nobody reads them
   if (readbacks_.empty()) return;
   try {
@@ -32,8 +27,6 @@ StagingScope::~StagingScope() {
     // Nothing to report to: the capture already failed.
   }
 }
-
-StagingScope* StagingScope::Current() { return current_scope; }
 
 torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   const c10::Device device = tensor.device();

@@ -1,14 +1,14 @@
 // StagingScope: how the training thread stages one asynchronous capture.
-// While a scope is installed on a thread, StagingArea::CopyToHost on that
-// thread takes its buffers from the scope's StagingPool (waiting when the
-// bound is reached) and copies:
-//  - CPU tensors: small or strided ones at once; large contiguous ones are
-//    deferred and memcpy'd in ranges spread over the copy pool at Settle or
-//    Finish (before the capture returns to the caller);
+// A StagingArea given the scope (Stage's `scope`) copies through it: the
+// buffers come from the scope's StagingPool (waiting when the bound is
+// reached), and
+//  - CPU tensors: small or strided ones are copied at once; large contiguous
+//    ones are deferred and memcpy'd in ranges spread over the copy pool at
+//    Settle or Finish (before the capture returns to the caller);
 //  - other devices: asynchronously into pinned buffers (DeviceReadback), one
 //    readback per device; the encoder waits for the returned events.
-// A thread-local context keeps the staging code (stage.cc, optimizer
-// adapters) unchanged: it calls CopyToHost as for a synchronous capture.
+// One thread uses a scope (it is not thread-safe), and it outlives the
+// staging areas' copying calls.
 #pragma once
 
 #include <map>
@@ -27,17 +27,14 @@ namespace trainsnap::internal {
 
 class StagingScope {
  public:
-  // Installs itself on the calling thread; `copy_pool` runs the ranges of
-  // large CPU copies (the calling thread must not be one of its threads).
+  // `copy_pool` runs the ranges of large CPU copies (the scope's thread must
+  // not be one of its threads); null copies them on the scope's thread.
   StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::thread_pool* copy_pool);
-  // Uninstalls. After a failed staging, drops pending CPU copies and waits
+  // After a failed staging (no Finish), drops pending CPU copies and waits
   // for device copies still writing into their buffers.
   ~StagingScope();
   StagingScope(const StagingScope&) = delete;
   StagingScope& operator=(const StagingScope&) = delete;
-
-  // The scope installed on this thread, or null.
-  static StagingScope* Current();
 
   // A contiguous host copy of `tensor` in a pooled buffer; its bytes are
   // valid after Settle() or, for the encoder, after Finish()'s events.
@@ -71,7 +68,6 @@ class StagingScope {
   std::vector<std::shared_ptr<c10::Event>> done_;
   // Destinations of device copies not yet Finish()ed: alive until then.
   std::vector<torch::Tensor> device_dsts_;
-  StagingScope* previous_;
 };
 
 }  // namespace trainsnap::internal

@@ -55,10 +55,11 @@ class Checkpointer::Impl {
     std::vector<std::shared_ptr<c10::Event>> ready;
     Status staging = internal::ExceptionBoundary([&]() -> Status {
       if (tracker) TRAINSNAP_RETURN_IF_ERROR(tracker->BeginCapture(store_, step));
-      // CopyToHost inside Stage takes pooled buffers (waiting at the bound)
-      // and queues device readbacks through this scope.
+      // Stage copies into pooled buffers (waiting at the bound) and queues
+      // device readbacks through this scope.
       internal::StagingScope scope(pipeline_->staging_pool(), &pipeline_->copy_pool());
-      Result<std::unique_ptr<internal::StagedSnapshot>> result = internal::Stage(step, state, options_, base_, internal::Reuse{tracker, &store_});
+      Result<std::unique_ptr<internal::StagedSnapshot>> result =
+          internal::Stage(step, state, options_, base_, internal::Reuse{tracker, &store_}, &scope);
       if (!result.ok()) return result.status();
       staged = std::move(result).value();
       ready = scope.Finish();

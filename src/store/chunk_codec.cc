@@ -59,58 +59,56 @@ void AppendRaw(const ChunkHeader& h, const void* raw, size_t size, std::string* 
 
 namespace {
 
-// Fixed-width versions let the compiler unroll the inner loop and keep one
-// read stream and W write streams: ~2-3x the generic loop on 1 MiB chunks.
-template <size_t W>
-void ShuffleFixed(const uint8_t* in, size_t n, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t b = 0; b < W; ++b) out[b * n + i] = in[i * W + b];
+// Byte b of element i sits at i * width + b in the interleaved layout and at
+// b * n + i in the planar (shuffled) one; ShuffleBytes moves bytes to the
+// planar layout (kToPlanar), UnshuffleBytes back. Both directions share one
+// loop so that they cannot disagree on the layout.
+template <bool kToPlanar>
+inline void MoveByte(const uint8_t* in, size_t interleaved, size_t planar, uint8_t* out) {
+  if constexpr (kToPlanar) {
+    out[planar] = in[interleaved];
+  } else {
+    out[interleaved] = in[planar];
   }
 }
 
-template <size_t W>
-void UnshuffleFixed(const uint8_t* in, size_t n, uint8_t* out) {
+// Fixed-width versions let the compiler unroll the inner loop and keep one
+// stream on the interleaved side and W on the planar side: ~2-3x the generic
+// loop on 1 MiB chunks.
+template <bool kToPlanar, size_t W>
+void TransposeFixed(const uint8_t* in, size_t n, uint8_t* out) {
   for (size_t i = 0; i < n; ++i) {
-    for (size_t b = 0; b < W; ++b) out[i * W + b] = in[b * n + i];
+    for (size_t b = 0; b < W; ++b) MoveByte<kToPlanar>(in, i * W + b, b * n + i, out);
   }
+}
+
+template <bool kToPlanar>
+void Transpose(const uint8_t* in, size_t size, size_t width, uint8_t* out) {
+  if (width <= 1) {
+    if (size) std::memcpy(out, in, size);
+    return;
+  }
+  const size_t n = size / width;
+  switch (width) {
+    case 2: TransposeFixed<kToPlanar, 2>(in, n, out); break;
+    case 4: TransposeFixed<kToPlanar, 4>(in, n, out); break;
+    case 8: TransposeFixed<kToPlanar, 8>(in, n, out); break;
+    default:
+      for (size_t b = 0; b < width; ++b) {
+        for (size_t i = 0; i < n; ++i) MoveByte<kToPlanar>(in, i * width + b, b * n + i, out);
+      }
+  }
+  if (size > n * width) std::memcpy(out + n * width, in + n * width, size - n * width);
 }
 
 }  // namespace
 
 void ShuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out) {
-  if (width <= 1) {
-    if (size) std::memcpy(out, in, size);
-    return;
-  }
-  const size_t n = size / width;
-  switch (width) {
-    case 2: ShuffleFixed<2>(in, n, out); break;
-    case 4: ShuffleFixed<4>(in, n, out); break;
-    case 8: ShuffleFixed<8>(in, n, out); break;
-    default:
-      for (size_t b = 0; b < width; ++b) {
-        for (size_t i = 0; i < n; ++i) out[b * n + i] = in[i * width + b];
-      }
-  }
-  if (size > n * width) std::memcpy(out + n * width, in + n * width, size - n * width);
+  Transpose</*kToPlanar=*/true>(in, size, width, out);
 }
 
 void UnshuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out) {
-  if (width <= 1) {
-    if (size) std::memcpy(out, in, size);
-    return;
-  }
-  const size_t n = size / width;
-  switch (width) {
-    case 2: UnshuffleFixed<2>(in, n, out); break;
-    case 4: UnshuffleFixed<4>(in, n, out); break;
-    case 8: UnshuffleFixed<8>(in, n, out); break;
-    default:
-      for (size_t b = 0; b < width; ++b) {
-        for (size_t i = 0; i < n; ++i) out[i * width + b] = in[b * n + i];
-      }
-  }
-  if (size > n * width) std::memcpy(out + n * width, in + n * width, size - n * width);
+  Transpose</*kToPlanar=*/false>(in, size, width, out);
 }
 
 void SplitFloat16(const uint8_t* in, size_t size, uint8_t* out) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,42 +20,90 @@ namespace trainsnap::internal {
 
 using NamedStateTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-template <class OptimizerT, class OptionsT, class StateT>
+// Calls field(get(o), proto_get, proto_set) when `o` has the option that
+// `get` reads (get is SFINAE-friendly: not invocable on other options types).
+template <class O, class Get, class ProtoGet, class ProtoSet, class Field>
+void IfOption(O& o, Get get, ProtoGet proto_get, ProtoSet proto_set, Field& field) {
+  if constexpr (std::is_invocable_v<Get, O&>) field(get(o), proto_get, proto_set);
+}
+
+// The manifest's GroupOptions holds the union of the supported optimizers'
+// options under LibTorch's names (betas as beta1, beta2). Calls
+// field(o.name(), &proto::GroupOptions::name, &proto::GroupOptions::set_name)
+// for each of them that `o`'s type has, with `o` const or not (TORCH_ARG's
+// accessors return a reference). Saving and loading both read this one list,
+// so that an option cannot be saved and not loaded.
+template <class O, class Field>
+void ForEachGroupOption(O& o, Field&& field) {
+  using P = proto::GroupOptions;
+  IfOption(o, [](auto& x) -> decltype(x.lr()) { return x.lr(); }, &P::lr, &P::set_lr, field);
+  IfOption(o, [](auto& x) -> decltype(std::get<0>(x.betas())) { return std::get<0>(x.betas()); }, &P::beta1,
+           &P::set_beta1, field);
+  IfOption(o, [](auto& x) -> decltype(std::get<1>(x.betas())) { return std::get<1>(x.betas()); }, &P::beta2,
+           &P::set_beta2, field);
+  IfOption(o, [](auto& x) -> decltype(x.eps()) { return x.eps(); }, &P::eps, &P::set_eps, field);
+  IfOption(o, [](auto& x) -> decltype(x.weight_decay()) { return x.weight_decay(); }, &P::weight_decay,
+           &P::set_weight_decay, field);
+  IfOption(o, [](auto& x) -> decltype(x.amsgrad()) { return x.amsgrad(); }, &P::amsgrad, &P::set_amsgrad, field);
+  IfOption(o, [](auto& x) -> decltype(x.momentum()) { return x.momentum(); }, &P::momentum, &P::set_momentum,
+           field);
+  IfOption(o, [](auto& x) -> decltype(x.dampening()) { return x.dampening(); }, &P::dampening,
+           &P::set_dampening, field);
+  IfOption(o, [](auto& x) -> decltype(x.nesterov()) { return x.nesterov(); }, &P::nesterov, &P::set_nesterov,
+           field);
+  IfOption(o, [](auto& x) -> decltype(x.alpha()) { return x.alpha(); }, &P::alpha, &P::set_alpha, field);
+  IfOption(o, [](auto& x) -> decltype(x.centered()) { return x.centered(); }, &P::centered, &P::set_centered,
+           field);
+  IfOption(o, [](auto& x) -> decltype(x.lr_decay()) { return x.lr_decay(); }, &P::lr_decay, &P::set_lr_decay,
+           field);
+  IfOption(o, [](auto& x) -> decltype(x.initial_accumulator_value()) { return x.initial_accumulator_value(); },
+           &P::initial_accumulator_value, &P::set_initial_accumulator_value, field);
+}
+
+// Each optimizer's traits list its state tensors once: ForEachTensor(s,
+// tensor) calls tensor("role", s.role()) for every state tensor, in capture
+// order, with `s` const or not. The mappings to and from the manifest below
+// read that list and ForEachGroupOption. Step/SetStep read the per-parameter
+// step count; an optimizer without one (SGD) hides them.
+template <class Traits, class OptimizerT, class OptionsT, class StateT>
 struct OptimizerTraitsBase {
   using Optimizer = OptimizerT;
   using Options = OptionsT;
   using State = StateT;
-};
 
-// Adam and AdamW share option and state names but not a base class.
-template <class OptimizerT, class OptionsT, class StateT>
-struct AdamLikeTraits : OptimizerTraitsBase<OptimizerT, OptionsT, StateT> {
   static void SaveOptions(const OptionsT& o, proto::GroupOptions* out) {
-    out->set_lr(o.lr());
-    out->set_beta1(std::get<0>(o.betas()));
-    out->set_beta2(std::get<1>(o.betas()));
-    out->set_eps(o.eps());
-    out->set_weight_decay(o.weight_decay());
-    out->set_amsgrad(o.amsgrad());
+    ForEachGroupOption(o, [out](const auto& value, auto /*get*/, auto set) { (out->*set)(value); });
   }
   static void LoadOptions(const proto::GroupOptions& in, OptionsT& o) {
-    o.lr(in.lr());
-    o.betas(std::make_tuple(in.beta1(), in.beta2()));
-    o.eps(in.eps());
-    o.weight_decay(in.weight_decay());
-    o.amsgrad(in.amsgrad());
+    ForEachGroupOption(o, [&in](auto& value, auto get, auto /*set*/) { value = (in.*get)(); });
   }
   static int64_t Step(const StateT& s) { return s.step(); }
   static void SetStep(StateT& s, int64_t step) { s.step(step); }
   static NamedStateTensors Tensors(const StateT& s) {
-    return {{"exp_avg", s.exp_avg()}, {"exp_avg_sq", s.exp_avg_sq()}, {"max_exp_avg_sq", s.max_exp_avg_sq()}};
+    NamedStateTensors tensors;
+    Traits::ForEachTensor(s, [&tensors](const char* role, const torch::Tensor& t) { tensors.emplace_back(role, t); });
+    return tensors;
   }
+  // False when `role` is no state tensor of this optimizer.
   static bool SetTensor(StateT& s, std::string_view role, const torch::Tensor& t) {
-    if (role == "exp_avg") s.exp_avg(t);
-    else if (role == "exp_avg_sq") s.exp_avg_sq(t);
-    else if (role == "max_exp_avg_sq") s.max_exp_avg_sq(t);
-    else return false;
-    return true;
+    bool known = false;
+    Traits::ForEachTensor(s, [&](const char* name, torch::Tensor& slot) {
+      if (role != name) return;
+      slot = t;
+      known = true;
+    });
+    return known;
+  }
+};
+
+// Adam and AdamW share option and state names but not a base class.
+template <class Traits, class OptimizerT, class OptionsT, class StateT>
+struct AdamLikeTraits : OptimizerTraitsBase<Traits, OptimizerT, OptionsT, StateT> {
+  template <class S, class Tensor>
+  static void ForEachTensor(S& s, Tensor&& tensor) {
+    tensor("exp_avg", s.exp_avg());
+    tensor("exp_avg_sq", s.exp_avg_sq());
+    tensor("max_exp_avg_sq", s.max_exp_avg_sq());
   }
   static std::vector<std::string_view> RequiredRoles() { return {"exp_avg", "exp_avg_sq"}; }
   // State a step() with options `o` reads without creating it first.
@@ -65,74 +114,36 @@ struct AdamLikeTraits : OptimizerTraitsBase<OptimizerT, OptionsT, StateT> {
 };
 
 struct AdamTraits
-    : AdamLikeTraits<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState> {
+    : AdamLikeTraits<AdamTraits, torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState> {
   static constexpr const char* kName = "Adam";
 };
 
-struct AdamWTraits
-    : AdamLikeTraits<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState> {
+struct AdamWTraits : AdamLikeTraits<AdamWTraits, torch::optim::AdamW, torch::optim::AdamWOptions,
+                                    torch::optim::AdamWParamState> {
   static constexpr const char* kName = "AdamW";
 };
 
-struct SGDTraits
-    : OptimizerTraitsBase<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState> {
+struct SGDTraits : OptimizerTraitsBase<SGDTraits, torch::optim::SGD, torch::optim::SGDOptions,
+                                       torch::optim::SGDParamState> {
   static constexpr const char* kName = "SGD";
-  static void SaveOptions(const Options& o, proto::GroupOptions* out) {
-    out->set_lr(o.lr());
-    out->set_momentum(o.momentum());
-    out->set_dampening(o.dampening());
-    out->set_weight_decay(o.weight_decay());
-    out->set_nesterov(o.nesterov());
-  }
-  static void LoadOptions(const proto::GroupOptions& in, Options& o) {
-    o.lr(in.lr());
-    o.momentum(in.momentum());
-    o.dampening(in.dampening());
-    o.weight_decay(in.weight_decay());
-    o.nesterov(in.nesterov());
+  template <class S, class Tensor>
+  static void ForEachTensor(S& s, Tensor&& tensor) {
+    tensor("momentum_buffer", s.momentum_buffer());
   }
   static int64_t Step(const State&) { return 0; }  // SGD keeps no step count
   static void SetStep(State&, int64_t) {}
-  static NamedStateTensors Tensors(const State& s) { return {{"momentum_buffer", s.momentum_buffer()}}; }
-  static bool SetTensor(State& s, std::string_view role, const torch::Tensor& t) {
-    if (role != "momentum_buffer") return false;
-    s.momentum_buffer(t);
-    return true;
-  }
   static std::vector<std::string_view> RequiredRoles() { return {"momentum_buffer"}; }
   static std::vector<std::string_view> RolesNeededBy(const Options&) { return {}; }
 };
 
-struct RMSpropTraits : OptimizerTraitsBase<torch::optim::RMSprop, torch::optim::RMSpropOptions,
+struct RMSpropTraits : OptimizerTraitsBase<RMSpropTraits, torch::optim::RMSprop, torch::optim::RMSpropOptions,
                                            torch::optim::RMSpropParamState> {
   static constexpr const char* kName = "RMSprop";
-  static void SaveOptions(const Options& o, proto::GroupOptions* out) {
-    out->set_lr(o.lr());
-    out->set_alpha(o.alpha());
-    out->set_eps(o.eps());
-    out->set_weight_decay(o.weight_decay());
-    out->set_momentum(o.momentum());
-    out->set_centered(o.centered());
-  }
-  static void LoadOptions(const proto::GroupOptions& in, Options& o) {
-    o.lr(in.lr());
-    o.alpha(in.alpha());
-    o.eps(in.eps());
-    o.weight_decay(in.weight_decay());
-    o.momentum(in.momentum());
-    o.centered(in.centered());
-  }
-  static int64_t Step(const State& s) { return s.step(); }
-  static void SetStep(State& s, int64_t step) { s.step(step); }
-  static NamedStateTensors Tensors(const State& s) {
-    return {{"square_avg", s.square_avg()}, {"momentum_buffer", s.momentum_buffer()}, {"grad_avg", s.grad_avg()}};
-  }
-  static bool SetTensor(State& s, std::string_view role, const torch::Tensor& t) {
-    if (role == "square_avg") s.square_avg(t);
-    else if (role == "momentum_buffer") s.momentum_buffer(t);
-    else if (role == "grad_avg") s.grad_avg(t);
-    else return false;
-    return true;
+  template <class S, class Tensor>
+  static void ForEachTensor(S& s, Tensor&& tensor) {
+    tensor("square_avg", s.square_avg());
+    tensor("momentum_buffer", s.momentum_buffer());
+    tensor("grad_avg", s.grad_avg());
   }
   static std::vector<std::string_view> RequiredRoles() { return {"square_avg"}; }
   static std::vector<std::string_view> RolesNeededBy(const Options& o) {
@@ -143,30 +154,12 @@ struct RMSpropTraits : OptimizerTraitsBase<torch::optim::RMSprop, torch::optim::
   }
 };
 
-struct AdagradTraits : OptimizerTraitsBase<torch::optim::Adagrad, torch::optim::AdagradOptions,
+struct AdagradTraits : OptimizerTraitsBase<AdagradTraits, torch::optim::Adagrad, torch::optim::AdagradOptions,
                                            torch::optim::AdagradParamState> {
   static constexpr const char* kName = "Adagrad";
-  static void SaveOptions(const Options& o, proto::GroupOptions* out) {
-    out->set_lr(o.lr());
-    out->set_lr_decay(o.lr_decay());
-    out->set_weight_decay(o.weight_decay());
-    out->set_initial_accumulator_value(o.initial_accumulator_value());
-    out->set_eps(o.eps());
-  }
-  static void LoadOptions(const proto::GroupOptions& in, Options& o) {
-    o.lr(in.lr());
-    o.lr_decay(in.lr_decay());
-    o.weight_decay(in.weight_decay());
-    o.initial_accumulator_value(in.initial_accumulator_value());
-    o.eps(in.eps());
-  }
-  static int64_t Step(const State& s) { return s.step(); }
-  static void SetStep(State& s, int64_t step) { s.step(step); }
-  static NamedStateTensors Tensors(const State& s) { return {{"sum", s.sum()}}; }
-  static bool SetTensor(State& s, std::string_view role, const torch::Tensor& t) {
-    if (role != "sum") return false;
-    s.sum(t);
-    return true;
+  template <class S, class Tensor>
+  static void ForEachTensor(S& s, Tensor&& tensor) {
+    tensor("sum", s.sum());
   }
   static std::vector<std::string_view> RequiredRoles() { return {"sum"}; }
   static std::vector<std::string_view> RolesNeededBy(const Options&) { return {}; }

@@ -1,8 +1,11 @@
 #include "capture/staging.h"
 
+#include <boost/asio/thread_pool.hpp>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "capture/staging_pool.h"
+#include "capture/staging_scope.h"
 #include "testing/training_rig.h"
 
 namespace trainsnap::internal {
@@ -11,26 +14,80 @@ namespace {
 using capture_test::BitwiseEqual;
 
 TEST(StagingTest, CopyToHostIsContiguousAndSharesNoMemory) {
+  StagingArea staging;
   torch::Tensor source = torch::arange(12, torch::kFloat32).reshape({3, 4}).t();  // non-contiguous
-  torch::Tensor host = StagingArea::CopyToHost(source);
+  torch::Tensor host = staging.CopyToHost(source);
   EXPECT_TRUE(host.is_contiguous());
   EXPECT_TRUE(BitwiseEqual(host, source));
   torch::Tensor contiguous = torch::ones({5});
-  torch::Tensor copy = StagingArea::CopyToHost(contiguous);
+  torch::Tensor copy = staging.CopyToHost(contiguous);
   EXPECT_NE(copy.data_ptr(), contiguous.data_ptr());
   contiguous.fill_(7);
   EXPECT_EQ(copy[0].item<float>(), 1.0f);
 }
 
 TEST(StagingTest, AllZeroBytesIsBitwise) {
-  EXPECT_TRUE(StagingArea::IsAllZeroBytes(torch::zeros({5000})));
-  EXPECT_TRUE(StagingArea::IsAllZeroBytes(torch::zeros({0})));
+  StagingArea staging;
+  EXPECT_TRUE(staging.IsAllZeroBytes(torch::zeros({5000})));
+  EXPECT_TRUE(staging.IsAllZeroBytes(torch::zeros({0})));
   torch::Tensor t = torch::zeros({5000});
   t[4999] = -0.0f;  // negative zero is not all-zero bytes
-  EXPECT_FALSE(StagingArea::IsAllZeroBytes(t));
+  EXPECT_FALSE(staging.IsAllZeroBytes(t));
   torch::Tensor u = torch::zeros({1025}, torch::kFloat64);
   u[1024] = 1e-300;
-  EXPECT_FALSE(StagingArea::IsAllZeroBytes(u));
+  EXPECT_FALSE(staging.IsAllZeroBytes(u));
+}
+
+TEST(StagingTest, WithAScopeStagesIntoThePoolsBuffers) {
+  auto pool = StagingPool::Create(0);
+  StagingScope scope(pool, nullptr);
+  StagingArea staging(&scope);
+  // 64 KiB: its own size class, so the pool charges exactly the staged bytes.
+  torch::Tensor t = torch::randn({16384});
+  torch::Tensor want = t.clone();
+  ASSERT_EQ(StagingPool::SizeClass(t.nbytes()), 65536u);
+  ASSERT_TRUE(staging.Add(3, "param", t).ok());
+  t.fill_(-1);  // the staged copy shares no memory with the live tensor
+  EXPECT_EQ(staging.bytes(), 65536u);
+  EXPECT_EQ(pool->stats().in_use_bytes, 65536u);
+  EXPECT_EQ(pool->stats().allocations, 1u);
+  EXPECT_TRUE(scope.Finish().empty());  // CPU only: no device event
+  EXPECT_TRUE(BitwiseEqual(staging.tensors()[0].host, want));
+  staging = StagingArea();  // the staged copy goes back to the pool
+  EXPECT_EQ(pool->stats().in_use_bytes, 0u);
+  EXPECT_EQ(pool->stats().cached_bytes, 65536u);
+}
+
+TEST(StagingTest, WithoutAScopeMakesAPlainCopy) {
+  auto pool = StagingPool::Create(0);
+  StagingScope scope(pool, nullptr);  // exists, but the area was not given it
+  StagingArea staging;
+  torch::Tensor t = torch::arange(16384, torch::kFloat32);
+  ASSERT_TRUE(staging.Add(3, "param", t).ok());
+  t.fill_(-1);
+  EXPECT_EQ(staging.bytes(), 65536u);
+  EXPECT_EQ(pool->stats().in_use_bytes, 0u);
+  EXPECT_EQ(pool->stats().allocations, 0u);
+  EXPECT_TRUE(BitwiseEqual(staging.tensors()[0].host, torch::arange(16384, torch::kFloat32)));
+}
+
+TEST(StagingTest, AllZeroBytesWaitsForTheScopesDeferredCopies) {
+  auto pool = StagingPool::Create(0);
+  boost::asio::thread_pool copy_pool(2);
+  StagingScope scope(pool, &copy_pool);
+  StagingArea staging(&scope);
+  // Large and contiguous: the scope defers its copy to the copy pool.
+  const int64_t n = StagingScope::kParallelCopyBytes / 4 + 1;
+  torch::Tensor ones = torch::ones({n});
+  torch::Tensor ones_host = staging.CopyToHost(ones);
+  EXPECT_FALSE(staging.IsAllZeroBytes(ones_host));  // read after the copy ran, not a fresh buffer
+  EXPECT_TRUE(BitwiseEqual(ones_host, torch::ones({n})));
+  torch::Tensor last = torch::zeros({n});
+  last[n - 1] = 1.0f;
+  EXPECT_FALSE(staging.IsAllZeroBytes(staging.CopyToHost(last)));
+  EXPECT_TRUE(staging.IsAllZeroBytes(staging.CopyToHost(torch::zeros({n}))));
+  EXPECT_TRUE(scope.Finish().empty());
+  copy_pool.join();
 }
 
 TEST(StagingTest, AddStagesAViewAndRejectsDuplicates) {

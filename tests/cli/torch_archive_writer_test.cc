@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "export_writer_conformance.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 #include "testing/file_contents.h"
@@ -25,18 +26,12 @@ const std::string kOneFloatPickle =
     "(K\x01t" + "\x89" + "ccollections\nOrderedDict\n" + ")RtR" + "u.";
 
 TEST(TorchArchiveWriterTest, StorageClassesAreTorchs) {
-  EXPECT_EQ(*TorchStorageClass(DType::kFloat32), "FloatStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kFloat64), "DoubleStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kFloat16), "HalfStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kBFloat16), "BFloat16Storage");
-  EXPECT_EQ(*TorchStorageClass(DType::kInt8), "CharStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kUInt8), "ByteStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kInt16), "ShortStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kInt32), "IntStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kInt64), "LongStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kBool), "BoolStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kComplex64), "ComplexFloatStorage");
-  EXPECT_EQ(*TorchStorageClass(DType::kComplex128), "ComplexDoubleStorage");
+  for (const cli_test::ExportDTypeNames& names : cli_test::kExportDTypeNames) {
+    SCOPED_TRACE(DTypeName(names.dtype));
+    const Result<std::string> storage = TorchStorageClass(names.dtype);
+    ASSERT_OK(storage);
+    EXPECT_EQ(*storage, names.torch_storage);
+  }
   const auto unknown = TorchStorageClass(DType::kUnknown);
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotSupported);
   EXPECT_EQ(unknown.status().message(), "dtype code 0 has no torch storage type");
@@ -154,18 +149,10 @@ TEST(TorchArchiveWriterTest, AppendAndFinishCheckTheDeclaredEntries) {
   {
     auto writer = TorchArchiveWriter::Create(path, {{"a", DType::kInt8, {3}, 3}, {"b", DType::kInt8, {1}, 1}});
     ASSERT_OK(writer);
-    const char bytes[3] = {1, 2, 3};
-    const Status short_append = (*writer)->Append(bytes, 2);
-    EXPECT_EQ(short_append.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(short_append.message(), "torch file: tensor `a` has 3 bytes, 2 were given");
-    ASSERT_OK((*writer)->Append(bytes, 3));
-    const Status early = (*writer)->Finish();
-    EXPECT_EQ(early.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(early.message(), "torch file: 1 tensors were not appended");
-    ASSERT_OK((*writer)->Append(bytes, 1));
-    const Status extra = (*writer)->Append(bytes, 1);
-    EXPECT_EQ(extra.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(extra.message(), "torch file: every tensor was appended already");
+    ASSERT_NO_FATAL_FAILURE(cli_test::ExpectDeclaredEntriesChecked(
+        **writer, 3, 2,
+        {"torch file: tensor `a` has 3 bytes, 2 were given", "torch file: 1 tensors were not appended",
+         "torch file: every tensor was appended already"}));
   }  // destroyed unfinished: nothing is left behind
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));

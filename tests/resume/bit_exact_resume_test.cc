@@ -190,6 +190,43 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
+// Where a killed child left its store: the store, reopened, and the step to
+// resume from.
+struct ResumePoint {
+  std::unique_ptr<Store> store;
+  int64_t last_ack = -1;             // the last step whose Capture returned
+  bool capture_interrupted = false;  // the kill landed inside the next Capture
+  int64_t restored = -1;             // the store's latest step
+};
+
+// Checks that the child was killed in lock-step (every micro-step
+// acknowledged in order, at most one past `kill_after`) and opens its store.
+// The latest snapshot must be the last acknowledged one, unless the kill
+// interrupted the next Capture after its commit reached the WAL (a process
+// crash loses no written data): an interrupted capture is atomic, either
+// wholly visible or not at all.
+void OpenAfterKill(const ChildOutcome& child, int64_t kill_after, const std::string& store_path, ResumePoint* out) {
+  ASSERT_TRUE(child.error.empty()) << child.error;
+  ASSERT_FALSE(child.acks.empty());
+  for (size_t i = 0; i < child.acks.size(); ++i) ASSERT_EQ(child.acks[i], static_cast<int64_t>(i));
+  const int64_t last_ack = child.acks.back();
+  ASSERT_GE(last_ack, kill_after);
+  ASSERT_LE(last_ack, kill_after + 1);
+  const bool capture_interrupted = child.in_flight == last_ack + 1;
+  Result<std::unique_ptr<Store>> store = Store::Open(store_path);
+  ASSERT_OK(store.status());
+  auto latest = (*store)->Latest();
+  ASSERT_OK(latest.status());
+  ASSERT_TRUE(latest->has_value());
+  if (capture_interrupted) {
+    ASSERT_TRUE(**latest == last_ack || **latest == last_ack + 1)
+        << "latest snapshot " << **latest << ", last acknowledged " << last_ack << ", interrupted " << last_ack + 1;
+  } else {
+    ASSERT_EQ(**latest, last_ack) << "the latest snapshot is not the last acknowledged one";
+  }
+  *out = {std::move(store).value(), last_ack, capture_interrupted, **latest};
+}
+
 // The uninterrupted reference: the state after every micro-step.
 struct Reference {
   std::vector<NamedTensors> states;  // by micro-step index
@@ -238,42 +275,20 @@ TEST_P(BitExactResumeTest, SigkilledRunResumesBitExactly) {
   const std::string store_path = dir.path() + "/store";
   const ChildOutcome child = RunChildAndKill(
       store_path, {"--optimizer", std::string(OptimizerKindName(kind))}, kill_after, kill_delay_us);
-  ASSERT_TRUE(child.error.empty()) << child.error;
-  ASSERT_FALSE(child.acks.empty());
-  for (size_t i = 0; i < child.acks.size(); ++i) ASSERT_EQ(child.acks[i], static_cast<int64_t>(i));
-  const int64_t last_ack = child.acks.back();
-  // Lock-step: the child can get at most one micro-step past the kill point.
-  ASSERT_GE(last_ack, kill_after);
-  ASSERT_LE(last_ack, kill_after + 1);
-  // The snapshot to resume from: the last acknowledged one, unless the kill
-  // interrupted the next Capture after its commit reached the WAL (a process
-  // crash loses no written data): an interrupted capture is atomic, either
-  // wholly visible or not at all.
-  const bool capture_interrupted = child.in_flight == last_ack + 1;
+  ResumePoint point;
+  ASSERT_NO_FATAL_FAILURE(OpenAfterKill(child, kill_after, store_path, &point));
+  const int64_t restored = point.restored;
 
   // Resume, in this process, into freshly constructed objects: other adapter
   // init, empty optimizer state, scheduler at 0, cursor at 0, another RNG seed.
   torch::manual_seed(kFreshSeed);
-  auto store = Store::Open(store_path);
-  ASSERT_OK(store.status());
-  auto latest = (*store)->Latest();
-  ASSERT_OK(latest.status());
-  ASSERT_TRUE(latest->has_value());
-  if (capture_interrupted) {
-    ASSERT_TRUE(**latest == last_ack || **latest == last_ack + 1)
-        << "latest snapshot " << **latest << ", last acknowledged " << last_ack << ", interrupted " << last_ack + 1;
-  } else {
-    ASSERT_EQ(**latest, last_ack) << "the latest snapshot is not the last acknowledged one";
-  }
-  const int64_t restored = **latest;
-
-  Checkpointer checkpointer(**store);
+  Checkpointer checkpointer(*point.store);
   LoraRun resumed(kind, kFreshSeed);
   // The fresh objects differ from the reference in every trainable tensor,
   // the cursor and the RNG: equality below has to be restored, not inherited.
   {
     const NamedTensors fresh = CollectTrainingState(resumed);
-    for (const char* name : {"param/layer0.lora_a", "param/layer2.lora_b", "grad/layer1.lora_a",
+    for (const char* name : {"param/l1.lora_a", "param/l2.lora_b", "grad/l2.lora_a",
                              "scheduler/step_count", "cursor/position", "rng/cpu"}) {
       EXPECT_FALSE(BitwiseEqual(Entry(ref.states[restored], name), Entry(fresh, name)))
           << "fresh objects already hold the reference's " << name;
@@ -308,13 +323,13 @@ TEST_P(BitExactResumeTest, SigkilledRunResumesBitExactly) {
         << "loss of micro-step " << index << ": " << loss << " vs reference " << ref.losses[index].second;
   }
 
-  auto final_latest = (*store)->Latest();
+  auto final_latest = point.store->Latest();
   ASSERT_OK(final_latest.status());
   EXPECT_EQ(final_latest->value_or(-1), kTotalMicroSteps - 1);
   std::printf("[ resume   ] %s: let go after micro-step %lld, SIGKILL %d us later%s; last acknowledged %lld, "
               "resumed from %lld (next window position %lld/%lld)\n",
               std::string(OptimizerKindName(kind)).c_str(), static_cast<long long>(kill_after), kill_delay_us,
-              capture_interrupted ? " inside a Capture" : "", static_cast<long long>(last_ack),
+              point.capture_interrupted ? " inside a Capture" : "", static_cast<long long>(point.last_ack),
               static_cast<long long>(restored), static_cast<long long>((restored + 1) % kWindowSize),
               static_cast<long long>(kWindowSize));
 }
@@ -386,7 +401,7 @@ TEST(ResumeSensitivityTest, EveryRestoredPieceChangesTheOutcome) {
       EXPECT_TRUE(differing.empty()) << Join(differing);
     } else {
       // The final parameters themselves must have moved, not just the spoiled entry.
-      EXPECT_NE(std::find(differing.begin(), differing.end(), "param/layer0.lora_a"), differing.end())
+      EXPECT_NE(std::find(differing.begin(), differing.end(), "param/l1.lora_a"), differing.end())
           << "spoiling the " << spoiler.what << " left the trajectory unchanged: " << Join(differing);
     }
   }
@@ -417,27 +432,12 @@ TEST(BitExactResumeTwoModelsTest, SigkilledGanResumesBitExactly) {
   ASSERT_FALSE(dir.path().empty());
   const std::string store_path = dir.path() + "/store";
   const ChildOutcome child = RunChildAndKill(store_path, {"--workload", "gan"}, kill_after, kill_delay_us);
-  ASSERT_TRUE(child.error.empty()) << child.error;
-  ASSERT_FALSE(child.acks.empty());
-  const int64_t last_ack = child.acks.back();
-  ASSERT_GE(last_ack, kill_after);
-  ASSERT_LE(last_ack, kill_after + 1);
-  const bool capture_interrupted = child.in_flight == last_ack + 1;
+  ResumePoint point;
+  ASSERT_NO_FATAL_FAILURE(OpenAfterKill(child, kill_after, store_path, &point));
+  const int64_t restored = point.restored;
 
   torch::manual_seed(kFreshSeed);
-  auto store = Store::Open(store_path);
-  ASSERT_OK(store.status());
-  auto latest = (*store)->Latest();
-  ASSERT_OK(latest.status());
-  ASSERT_TRUE(latest->has_value());
-  if (capture_interrupted) {
-    ASSERT_TRUE(**latest == last_ack || **latest == last_ack + 1) << **latest << " vs " << last_ack;
-  } else {
-    ASSERT_EQ(**latest, last_ack);
-  }
-  const int64_t restored = **latest;
-
-  Checkpointer checkpointer(**store);
+  Checkpointer checkpointer(*point.store);
   GanRun resumed(kFreshSeed);
   {
     const NamedTensors fresh = CollectGanState(resumed);
@@ -465,7 +465,7 @@ TEST(BitExactResumeTwoModelsTest, SigkilledGanResumesBitExactly) {
     ASSERT_EQ(std::memcmp(&loss, &ref_losses[index].second, sizeof(double)), 0) << "loss of step " << index;
   }
   std::printf("[ resume   ] gan: killed %d us after step %lld%s, resumed from %lld\n", kill_delay_us,
-              static_cast<long long>(kill_after), capture_interrupted ? " inside a Capture" : "",
+              static_cast<long long>(kill_after), point.capture_interrupted ? " inside a Capture" : "",
               static_cast<long long>(restored));
 }
 

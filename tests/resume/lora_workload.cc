@@ -9,13 +9,10 @@
 namespace trainsnap::internal {
 namespace {
 
-constexpr int64_t kIn = 32;
-constexpr int64_t kHidden = 64;
-constexpr int64_t kOut = 16;
+// The model's input, hidden and output width, and its adapters' rank.
+constexpr int64_t kWidth = 32;
 constexpr int64_t kRank = 4;
 constexpr int64_t kBatchSize = 16;
-constexpr double kDropout = 0.1;
-constexpr double kLoraAlpha = 8.0;
 // StepLR: decay every 8 optimizer steps, so 40 steps cross 5 decays.
 constexpr int64_t kLrStepSize = 8;
 constexpr double kLrGamma = 0.7;
@@ -62,20 +59,17 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(OptimizerKind kind, std::
   return nullptr;
 }
 
+template <class AdamOptionsT>
+std::vector<double> AdamOptionValues(const AdamOptionsT& a) {
+  return {a.lr(), std::get<0>(a.betas()), std::get<1>(a.betas()), a.eps(), a.weight_decay(), a.amsgrad() ? 1.0 : 0.0};
+}
+
 // Every option of a param group, in a fixed order.
 std::vector<double> OptionValues(OptimizerKind kind, const torch::optim::OptimizerOptions& o) {
   using namespace torch::optim;  // NOLINT: the option types only
   switch (kind) {
-    case OptimizerKind::kAdamW: {
-      const auto& a = static_cast<const AdamWOptions&>(o);
-      return {a.lr(), std::get<0>(a.betas()), std::get<1>(a.betas()), a.eps(), a.weight_decay(),
-              a.amsgrad() ? 1.0 : 0.0};
-    }
-    case OptimizerKind::kAdamAmsgrad: {
-      const auto& a = static_cast<const AdamOptions&>(o);
-      return {a.lr(), std::get<0>(a.betas()), std::get<1>(a.betas()), a.eps(), a.weight_decay(),
-              a.amsgrad() ? 1.0 : 0.0};
-    }
+    case OptimizerKind::kAdamW: return AdamOptionValues(static_cast<const AdamWOptions&>(o));
+    case OptimizerKind::kAdamAmsgrad: return AdamOptionValues(static_cast<const AdamOptions&>(o));
     case OptimizerKind::kSgdMomentum: {
       const auto& s = static_cast<const SGDOptions&>(o);
       return {s.lr(), s.momentum(), s.dampening(), s.weight_decay(), s.nesterov() ? 1.0 : 0.0};
@@ -92,6 +86,14 @@ std::vector<double> OptionValues(OptimizerKind kind, const torch::optim::Optimiz
   return {};
 }
 
+template <class AdamStateT, class Add>
+void AppendAdamState(const AdamStateT& a, const Add& add) {
+  add("step", Int64(a.step()));
+  add("exp_avg", a.exp_avg());
+  add("exp_avg_sq", a.exp_avg_sq());
+  add("max_exp_avg_sq", a.max_exp_avg_sq());
+}
+
 // Appends every state tensor and counter of one parameter's optimizer state.
 void AppendParamState(OptimizerKind kind, const std::string& name, const torch::optim::OptimizerParamState& s,
                       NamedTensors& out) {
@@ -100,22 +102,8 @@ void AppendParamState(OptimizerKind kind, const std::string& name, const torch::
     out.emplace_back("optim/" + name + "/" + role, t.defined() ? t.detach().clone() : torch::Tensor());
   };
   switch (kind) {
-    case OptimizerKind::kAdamW: {
-      const auto& a = static_cast<const AdamWParamState&>(s);
-      add("step", Int64(a.step()));
-      add("exp_avg", a.exp_avg());
-      add("exp_avg_sq", a.exp_avg_sq());
-      add("max_exp_avg_sq", a.max_exp_avg_sq());
-      return;
-    }
-    case OptimizerKind::kAdamAmsgrad: {
-      const auto& a = static_cast<const AdamParamState&>(s);
-      add("step", Int64(a.step()));
-      add("exp_avg", a.exp_avg());
-      add("exp_avg_sq", a.exp_avg_sq());
-      add("max_exp_avg_sq", a.max_exp_avg_sq());
-      return;
-    }
+    case OptimizerKind::kAdamW: return AppendAdamState(static_cast<const AdamWParamState&>(s), add);
+    case OptimizerKind::kAdamAmsgrad: return AppendAdamState(static_cast<const AdamParamState&>(s), add);
     case OptimizerKind::kSgdMomentum:
       add("momentum_buffer", static_cast<const SGDParamState&>(s).momentum_buffer());
       return;
@@ -161,38 +149,6 @@ Result<OptimizerKind> ParseOptimizerKind(std::string_view name) {
   return Status::InvalidArgument("unknown optimizer `" + std::string(name) + "`");
 }
 
-LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, int64_t rank, uint64_t base_seed, uint64_t adapter_seed)
-    : scaling_(kLoraAlpha / static_cast<double>(rank)) {
-  at::Generator base_gen = SeededGenerator(base_seed);
-  at::Generator adapter_gen = SeededGenerator(adapter_seed);
-  const double fan_in = std::sqrt(static_cast<double>(in));
-  base_weight_ = register_parameter("base_weight", torch::randn({out, in}, base_gen) / fan_in,
-                                    /*requires_grad=*/false);
-  base_bias_ = register_parameter("base_bias", torch::randn({out}, base_gen) * 0.1, /*requires_grad=*/false);
-  lora_a_ = register_parameter("lora_a", torch::randn({rank, in}, adapter_gen) / fan_in);
-  // Real LoRA starts B at zero; a small non-zero B makes every gradient and
-  // optimizer state tensor non-trivial from the first step.
-  lora_b_ = register_parameter("lora_b", torch::randn({out, rank}, adapter_gen) * 0.05);
-}
-
-torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor adapter_in = torch::dropout(x, kDropout, is_training());
-  return torch::linear(x, base_weight_, base_bias_) +
-         torch::linear(torch::linear(adapter_in, lora_a_), lora_b_) * scaling_;
-}
-
-LoraNetImpl::LoraNetImpl(uint64_t adapter_seed) {
-  layer0_ = register_module("layer0", LoraLinear(kIn, kHidden, kRank, kBaseSeed, adapter_seed * 31 + 0));
-  layer1_ = register_module("layer1", LoraLinear(kHidden, kHidden, kRank, kBaseSeed + 1, adapter_seed * 31 + 1));
-  layer2_ = register_module("layer2", LoraLinear(kHidden, kOut, kRank, kBaseSeed + 2, adapter_seed * 31 + 2));
-}
-
-torch::Tensor LoraNetImpl::forward(torch::Tensor x) {
-  x = torch::relu(layer0_->forward(x));
-  x = torch::relu(layer1_->forward(x));
-  return layer2_->forward(x);
-}
-
 std::string DataCursor::SaveState() const {
   std::string bytes(sizeof(position_), '\0');
   std::memcpy(bytes.data(), &position_, sizeof(position_));
@@ -211,13 +167,14 @@ Status DataCursor::LoadState(std::string_view bytes) {
 Batch MakeBatch(int64_t position) {
   at::Generator gen = SeededGenerator(kDataSeed + static_cast<uint64_t>(position) * kGolden);
   Batch batch;
-  batch.x = torch::randn({kBatchSize, kIn}, gen);
-  batch.y = torch::tanh(batch.x.narrow(1, 0, kOut) * 1.5) + torch::randn({kBatchSize, kOut}, gen) * 0.05;
+  batch.x = torch::randn({kBatchSize, kWidth}, gen);
+  batch.y = torch::tanh(batch.x * 1.5) + torch::randn({kBatchSize, kWidth}, gen) * 0.05;
   batch.weight = 1.0 + static_cast<double>((position * 7) % 5);
   return batch;
 }
 
-LoraRun::LoraRun(OptimizerKind kind, uint64_t adapter_seed) : kind_(kind), model_(adapter_seed) {
+LoraRun::LoraRun(OptimizerKind kind, uint64_t adapter_seed)
+    : kind_(kind), model_(kWidth, kRank, capture_test::LoraSeeds{kBaseSeed, adapter_seed}) {
   std::vector<torch::Tensor> a_params, b_params;
   for (const auto& item : model_->named_parameters()) {
     if (!item.value().requires_grad()) continue;

@@ -1,6 +1,7 @@
-// The training workload of the bit-exact resume scenario: a LoRA-style model
-// (frozen base + trainable low-rank adapters, with dropout), a data cursor
-// whose batches depend only on its position, weighted gradient accumulation
+// The training workload of the bit-exact resume scenario: the test kit's LoRA
+// model (testing/lora_net.h: frozen base + trainable low-rank adapters, with
+// dropout; its base seeded alike in every run, its adapters per run), a data
+// cursor whose batches depend only on its position, weighted gradient accumulation
 // and an optimizer with a StepLR scheduler. Shared by the test and by the
 // child process that the test SIGKILLs.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include "testing/lora_net.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"
 
@@ -44,28 +46,6 @@ enum class OptimizerKind {
 std::string_view OptimizerKindName(OptimizerKind kind);
 Result<OptimizerKind> ParseOptimizerKind(std::string_view name);
 std::vector<OptimizerKind> AllOptimizerKinds();
-
-// y = base(x) + B(A(dropout(x))) * scaling, as in LoRA; the base is frozen.
-class LoraLinearImpl : public torch::nn::Module {
- public:
-  LoraLinearImpl(int64_t in, int64_t out, int64_t rank, uint64_t base_seed, uint64_t adapter_seed);
-  torch::Tensor forward(const torch::Tensor& x);
-
- private:
-  torch::Tensor base_weight_, base_bias_, lora_a_, lora_b_;
-  double scaling_;
-};
-TORCH_MODULE(LoraLinear);
-
-class LoraNetImpl : public torch::nn::Module {
- public:
-  explicit LoraNetImpl(uint64_t adapter_seed);
-  torch::Tensor forward(torch::Tensor x);
-
- private:
-  LoraLinear layer0_{nullptr}, layer1_{nullptr}, layer2_{nullptr};
-};
-TORCH_MODULE(LoraNet);
 
 // Data-loader cursor: the number of batches consumed. Batch i is a pure
 // function of i (its own generator), so the default generator only drives dropout.
@@ -99,7 +79,7 @@ class LoraRun {
   // and the scheduler when it completes a window. The loss goes to losses().
   Status MicroStep();
 
-  LoraNet& model() { return model_; }
+  capture_test::LoraNet& model() { return model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   torch::optim::StepLR& scheduler() { return *scheduler_; }
   const DataCursor& cursor() const { return cursor_; }
@@ -111,7 +91,7 @@ class LoraRun {
 
  private:
   OptimizerKind kind_;
-  LoraNet model_;
+  capture_test::LoraNet model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<torch::optim::StepLR> scheduler_;
   DataCursor cursor_;

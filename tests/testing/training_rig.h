@@ -1,7 +1,7 @@
 // The test kit's training rig (tests of capture, restore and the
-// Checkpointer): a small LoRA-style model,
-// every supported optimizer, a training loop with weighted accumulation, and
-// a bitwise fingerprint of the whole training state. Header-only; namespace
+// Checkpointer): the kit's LoRA model (lora_net.h), every supported
+// optimizer, a training loop with weighted accumulation, and a bitwise
+// fingerprint of the whole training state. Header-only; namespace
 // trainsnap::capture_test keeps it apart from other tests in the binary.
 #pragma once
 
@@ -20,42 +20,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "testing/lora_net.h"
 #include "testing/store_fixtures.h"
 #include "torch/scheduler_state.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::capture_test {
-
-// y = base(x) + B(A(x)); the base Linear is frozen.
-class LoraLinearImpl : public torch::nn::Module {
- public:
-  LoraLinearImpl(int64_t in, int64_t out, int64_t rank) {
-    base = register_module("base", torch::nn::Linear(in, out));
-    for (auto& p : base->parameters()) p.set_requires_grad(false);
-    lora_a = register_parameter("lora_a", torch::randn({rank, in}) * 0.1);
-    lora_b = register_parameter("lora_b", torch::randn({out, rank}) * 0.1);
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return base->forward(x) + torch::matmul(torch::matmul(x, lora_a.t()), lora_b.t());
-  }
-  torch::nn::Linear base{nullptr};
-  torch::Tensor lora_a, lora_b;
-};
-TORCH_MODULE(LoraLinear);
-
-class LoraNetImpl : public torch::nn::Module {
- public:
-  explicit LoraNetImpl(int64_t width = 16, int64_t rank = 4) {
-    l1 = register_module("l1", LoraLinear(width, width, rank));
-    l2 = register_module("l2", LoraLinear(width, width, rank));
-    dropout = register_module("dropout", torch::nn::Dropout(0.25));
-  }
-  torch::Tensor forward(torch::Tensor x) { return l2->forward(dropout->forward(torch::relu(l1->forward(x)))); }
-  LoraLinear l1{nullptr}, l2{nullptr};
-  torch::nn::Dropout dropout{nullptr};
-};
-TORCH_MODULE(LoraNet);
 
 // A data-loader cursor: batch i depends only on i.
 class Cursor : public Stateful {
