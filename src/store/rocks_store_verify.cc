@@ -177,6 +177,18 @@ void RocksStore::VerifyStore(VerifyReport* report) {
   };
   // RocksDB's block checksums of every table file, one file at a time, so
   // that each damaged file is named (DB::VerifyChecksum stops at the first).
+  // No table file is deleted until the last one is read: a background
+  // compaction that replaced a listed file would otherwise delete it under
+  // the reader, and its absence would read as damage (seen under ASan: a
+  // false "table file ... is missing"). Deletions are counted, so this
+  // nests with any other holder; a read-only open deletes nothing.
+  const bool hold_deletions = txn_db_ != nullptr && db_->DisableFileDeletions().ok();
+  struct ResumeDeletions {
+    rocksdb::DB* db;
+    ~ResumeDeletions() {
+      if (db != nullptr) db->EnableFileDeletions(/*force=*/false).PermitUncheckedError();
+    }
+  } resume{hold_deletions ? db_ : nullptr};
   std::vector<rocksdb::LiveFileMetaData> tables;
   db_->GetLiveFilesMetaData(&tables);
   std::sort(tables.begin(), tables.end(),
