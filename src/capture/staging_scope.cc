@@ -47,7 +47,10 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   // handle, so that no copy is recorded by autograd.
   torch::Tensor src = tensor.detach();
   if (device.is_cpu()) {
-    if (src.is_contiguous() && bytes >= kParallelCopyBytes && copy_pool_ != nullptr) {
+    // Ranges on the copy pool are raw memcpys: only for bytes that need no
+    // resolving (a conjugate or negative view is a lazy bit over them).
+    if (src.is_contiguous() && !src.is_conj() && !src.is_neg() && bytes >= kParallelCopyBytes &&
+        copy_pool_ != nullptr) {
       host_copies_.push_back({src, dst});
     } else {
       dst.copy_(src);

@@ -90,6 +90,32 @@ TEST(StagingTest, AllZeroBytesWaitsForTheScopesDeferredCopies) {
   copy_pool.join();
 }
 
+// A conjugate or negative view is a lazy bit over unchanged bytes: the copy
+// must resolve it, also for tensors large enough to be copied in ranges on
+// the copy pool (a raw memcpy there staged the unconjugated values).
+TEST(StagingTest, LargeConjugateAndNegativeViewsAreStagedResolved) {
+  auto pool = StagingPool::Create(0);
+  boost::asio::thread_pool copy_pool(2);
+  StagingScope scope(pool, &copy_pool);
+  StagingArea staging(&scope);
+  const int64_t n = StagingScope::kParallelCopyBytes / 8 + 1;  // complex64: 8 bytes each
+  torch::Tensor z = torch::complex(torch::arange(n, torch::kFloat), torch::ones({n}));
+  torch::Tensor conj = z.conj();
+  ASSERT_TRUE(conj.is_conj());
+  ASSERT_TRUE(conj.is_contiguous());
+  torch::Tensor neg = torch::_neg_view(torch::arange(2 * n, torch::kFloat));
+  ASSERT_TRUE(neg.is_neg());
+  torch::Tensor conj_host = staging.CopyToHost(conj);
+  torch::Tensor neg_host = staging.CopyToHost(neg);
+  EXPECT_TRUE(scope.Finish().empty());
+  EXPECT_FALSE(conj_host.is_conj());
+  EXPECT_FALSE(neg_host.is_neg());
+  EXPECT_TRUE(BitwiseEqual(conj_host, z.conj().resolve_conj()));
+  EXPECT_EQ(torch::imag(conj_host)[n - 1].item<float>(), -1.0f);
+  EXPECT_TRUE(BitwiseEqual(neg_host, -torch::arange(2 * n, torch::kFloat)));
+  copy_pool.join();
+}
+
 TEST(StagingTest, AddStagesAViewAndRejectsDuplicates) {
   StagingArea staging;
   torch::Tensor t = torch::randn({2, 3}, torch::kFloat64);
