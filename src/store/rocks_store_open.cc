@@ -356,7 +356,8 @@ Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& option
   db_options.create_missing_column_families = true;
   db_options.max_total_wal_size = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
   rocksdb::OptimisticTransactionDB* db = nullptr;
-  rocksdb::Status s = rocksdb::OptimisticTransactionDB::Open(db_options, TransactionDbOptions(), path, cfs, &out->handles, &db);
+  rocksdb::Status s =
+      rocksdb::OptimisticTransactionDB::Open(db_options, TransactionDbOptions(), path, cfs, &out->handles, &db);
   if (!s.ok()) return FromRocks(s, "open store " + path, path);
   out->txn_db = db;
   out->db = db;
