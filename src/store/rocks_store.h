@@ -230,7 +230,10 @@ class RocksStore final : public Store, private ChunkSink {
   Status ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst);
   Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
-  Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step);
+  // The snapshot record of `step` as `ro` sees it (its snapshot, if any);
+  // nullopt when there is none.
+  Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step,
+                                                               const rocksdb::ReadOptions& ro = rocksdb::ReadOptions());
   // The stored steps at `at` (null = a snapshot of its own), ascending;
   // checked against the counts record unless `check_counts` is false.
   Result<std::vector<int64_t>> ListSteps(const rocksdb::Snapshot* at = nullptr, bool check_counts = true);

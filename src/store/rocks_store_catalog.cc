@@ -3,8 +3,6 @@
 #include "store/rocks_store.h"
 #include "store/rocks_store_internal.h"
 
-#include <functional>
-
 #include <rocksdb/snapshot.h>
 
 #include "store/keys.h"
@@ -14,9 +12,10 @@ namespace trainsnap::internal {
 
 // --- reading -------------------------------------------------------------------
 
-Result<std::optional<SnapshotRecordData>> RocksStore::ReadSnapshotRecord(int64_t step) {
+Result<std::optional<SnapshotRecordData>> RocksStore::ReadSnapshotRecord(int64_t step,
+                                                                          const rocksdb::ReadOptions& ro) {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, EncodeStepKey(step), &value);
+  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
   if (s.IsNotFound()) return std::optional<SnapshotRecordData>();
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read snapshot record"));
   TRAINSNAP_ASSIGN_OR_RETURN(SnapshotRecordData data, ParseSnapshotRecord(value, step));
@@ -115,18 +114,13 @@ Result<std::vector<TensorRecord>> RocksStore::Tensors(int64_t step) {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   // Read the snapshot record and its tensors from one consistent view.
-  const rocksdb::Snapshot* view = db_->GetSnapshot();
-  std::unique_ptr<const rocksdb::Snapshot, std::function<void(const rocksdb::Snapshot*)>> release(
-      view, [this](const rocksdb::Snapshot* v) { db_->ReleaseSnapshot(v); });
+  rocksdb::ManagedSnapshot at(db_);
   rocksdb::ReadOptions ro;
-  ro.snapshot = view;
-  std::string value;
-  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
-  if (s.IsNotFound()) return Status::NotFound("no snapshot at " + StepName(step));
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, StepName(step) + ": read snapshot record"));
-  auto data = ParseSnapshotRecord(value, step);
+  ro.snapshot = at.snapshot();
+  auto data = ReadSnapshotRecord(step, ro);
   if (!data.ok()) return data.status().WithContext(StepName(step));
-  return SnapshotTensors(*data, ro);
+  if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
+  return SnapshotTensors(**data, ro);
 }
 
 Result<std::string> RocksStore::SharedManifest(int64_t step) {
@@ -135,13 +129,10 @@ Result<std::string> RocksStore::SharedManifest(int64_t step) {
   rocksdb::ManagedSnapshot at(db_);
   rocksdb::ReadOptions ro;
   ro.snapshot = at.snapshot();
-  std::string value;
-  rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
-  if (s.IsNotFound()) return Status::NotFound("no snapshot at " + StepName(step));
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, StepName(step) + ": read snapshot record"));
-  auto data = ParseSnapshotRecord(value, step);
+  auto data = ReadSnapshotRecord(step, ro);
   if (!data.ok()) return data.status().WithContext(StepName(step));
-  auto shared = ReadSharedManifest(*data, ro);
+  if (!data->has_value()) return Status::NotFound("no snapshot at " + StepName(step));
+  auto shared = ReadSharedManifest(**data, ro);
   if (!shared.ok()) return shared.status().WithContext(StepName(step));
   return shared;
 }
