@@ -1,7 +1,6 @@
 #include "capture/optimizer_state.h"
 
-#include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include "torch/optimizer_traits.h"
 
@@ -21,14 +20,10 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
   out->set_name(named.key);
   out->set_type(Traits::kName);
   out->set_role_prefix(prefix);
-  std::unordered_set<uint64_t> seen;
-  std::unordered_map<uint64_t, const std::string*> names;  // for error messages
-  // Sized once: growing them rehashed every entry again at each doubling.
-  seen.reserve(contract.trainable.size() + contract.frozen.size());
-  names.reserve(contract.trainable.size() + contract.frozen.size());
-  for (const auto* entries : {&contract.trainable, &contract.frozen}) {
-    for (const ContractEntry& entry : *entries) names.emplace(entry.id, &entry.names.front());
-  }
+  // Whether a parameter's state is captured already (a parameter listed
+  // twice: once), by its position in the contract: no table per capture.
+  std::vector<bool> seen_trainable(contract.trainable.size()), seen_frozen(contract.frozen.size());
+  size_t next = 0;  // where the next parameter usually is in contract.trainable
   const auto& groups = optimizer.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& group = groups[g];
@@ -40,14 +35,23 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
     }
     Traits::SaveOptions(*options, group_out->mutable_options());
     for (const torch::Tensor& param : group.params()) {
-      auto id_it = contract.param_ids.find(param.unsafeGetTensorImpl());
-      if (id_it == contract.param_ids.end()) {
+      const ContractEntry* entry = contract.Param(param.unsafeGetTensorImpl(), next);
+      if (entry == nullptr) {
         return Status::InvalidArgument(where + " holds a tensor of shape " + ShapeString(param.sizes()) +
                                        " that is no parameter of the captured models");
       }
-      const uint64_t id = id_it->second;
+      const uint64_t id = entry->id;
       group_out->add_param_ids(id);
-      if (!seen.insert(id).second) continue;  // listed twice: its state is captured once
+      std::vector<bool>* seen = &seen_trainable;
+      size_t index = contract.TrainablePosition(entry);
+      if (index < contract.trainable.size()) {
+        next = index + 1;
+      } else {
+        seen = &seen_frozen;
+        index = static_cast<size_t>(entry - contract.frozen.data());
+      }
+      if ((*seen)[index]) continue;
+      (*seen)[index] = true;
       auto state_it = optimizer.state().find(OptimizerStateKey(param));
       if (state_it == optimizer.state().end()) continue;
       const auto* state = dynamic_cast<const State*>(state_it->second.get());
@@ -57,14 +61,20 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
       proto::ParamOptimizerState* state_out = out->add_params();
       state_out->set_param_id(id);
       state_out->set_step(Traits::Step(*state));
-      for (const auto& [role, tensor] : Traits::Tensors(*state)) {
-        if (!tensor.defined()) continue;
+      const std::string& name = entry->names.front();
+      Status added;
+      Traits::ForEachTensor(*state, [&](const char* role, const torch::Tensor& tensor) {
+        if (!added.ok() || !tensor.defined()) return;
         // The context is built on failure only (it was built for every
         // state tensor: two heap strings each, on the training thread).
-        Status added = staging.Add(id, prefix + role, tensor, *names.at(id));
-        if (!added.ok()) return added.WithContext("parameter `" + *names.at(id) + "` state " + role);
+        added = staging.Add(id, prefix + role, tensor, name);
+        if (!added.ok()) {
+          added = added.WithContext("parameter `" + name + "` state " + role);
+          return;
+        }
         state_out->add_roles(role);
-      }
+      });
+      TRAINSNAP_RETURN_IF_ERROR(added);
     }
   }
   return Status::OK();

@@ -4,7 +4,9 @@
 #include <tuple>
 
 #include "torch/contract.h"
+#include "torch/contract_cache.h"
 #include "torch/exception_boundary.h"
+#include "torch/manifest_codec.h"
 #include "torch/manifest_format.h"
 #include "capture/optimizer_state.h"
 #include "torch/rng_state.h"
@@ -12,6 +14,10 @@
 #include "torch/dtype.h"
 
 namespace trainsnap::internal {
+
+StagedSnapshot::StagedSnapshot()
+    : arena(std::make_unique<google::protobuf::Arena>(ManifestArenaOptions())),
+      manifest(*google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(arena.get())) {}
 
 namespace {
 
@@ -192,10 +198,11 @@ Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              const Reuse& reuse, StagingScope* scope) {
+                                              const Reuse& reuse, StagingScope* scope, ContractCache* contracts) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(state));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(state));
-  TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
+  TRAINSNAP_ASSIGN_OR_RETURN(ContractCache::Lease lease, ContractCache::Acquire(contracts, models));
+  const Contract& contract = *lease;
   TRAINSNAP_RETURN_IF_ERROR(CheckNoFrozenGradients(contract));
 
   auto snapshot = std::make_unique<StagedSnapshot>();

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <memory>
 
+#include <google/protobuf/arena.h>
+
 #include "torch/base_identity.h"
+#include "torch/contract_cache.h"
 #include "capture/change_tracker.h"
 #include "capture/staging.h"
 #include "manifest.pb.h"
@@ -17,8 +20,15 @@ namespace trainsnap::internal {
 
 // Everything one capture writes; independent of the live objects once built.
 struct StagedSnapshot {
+  StagedSnapshot();
+  StagedSnapshot(const StagedSnapshot&) = delete;
+  StagedSnapshot& operator=(const StagedSnapshot&) = delete;
+
   int64_t step = 0;
-  proto::TrainingManifest manifest;
+  // The manifest's messages (several per tensor: names, shape, optimizer
+  // roles) live in this arena (ManifestArenaOptions, manifest_codec.h).
+  std::unique_ptr<google::protobuf::Arena> arena;
+  proto::TrainingManifest& manifest;  // in `arena`
   StagingArea staging;
   // Tensors the change tracker found unchanged: added by reference, not staged.
   std::vector<UnchangedTensor> unchanged;
@@ -41,9 +51,11 @@ struct Reuse {
 // from `reuse.store`) instead of the staging area. `scope`: see StagingArea's
 // constructor (null: plain copies, readable at once; otherwise the caller
 // finishes the scope before the staged bytes are read, and the staged
-// snapshot's staging area makes no copy after Stage returns).
+// snapshot's staging area makes no copy after Stage returns). `contracts`:
+// the contract comes from this cache (null: built for this capture alone).
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
-                                              const Reuse& reuse = {}, StagingScope* scope = nullptr);
+                                              const Reuse& reuse = {}, StagingScope* scope = nullptr,
+                                              ContractCache* contracts = nullptr);
 
 }  // namespace trainsnap::internal

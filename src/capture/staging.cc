@@ -54,7 +54,7 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
   TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
   if (deferring_) {
     TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
-    if (!keys_.emplace(param_id, role).second) {
+    if (!keys_.Insert(param_id, role)) {
       return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
     }
     deferred_.push_back({param_id, std::move(role), dtype, tensor, std::move(name)});
@@ -65,7 +65,7 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
 
 void StagingArea::Reserve(size_t n) {
   (deferring_ ? deferred_ : tensors_).reserve(n);
-  keys_.reserve(n);
+  keys_.Reserve(n);
 }
 
 Status StagingArea::Materialize(const std::vector<bool>& keep) {
@@ -76,9 +76,11 @@ Status StagingArea::Materialize(const std::vector<bool>& keep) {
   std::vector<StagedTensor> deferred = std::move(deferred_);
   deferred_.clear();
   deferring_ = false;
+  // Forget the deferred pairs: only those kept are staged (again) below.
+  keys_.Clear();
+  for (const StagedTensor& staged : tensors_) keys_.Insert(staged.param_id, staged.role);
   for (size_t i = 0; i < deferred.size(); ++i) {
     StagedTensor& staged = deferred[i];
-    keys_.erase(Key(staged.param_id, staged.role));
     if (!keep[i]) continue;
     TRAINSNAP_RETURN_IF_ERROR(
         AddHost(staged.param_id, std::move(staged.role), CopyToHost(staged.host), std::move(staged.name)));
@@ -91,7 +93,7 @@ Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor h
   if (!host.is_contiguous() || host.device().type() != c10::DeviceType::CPU) {
     return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
   }
-  if (!keys_.emplace(param_id, role).second) {
+  if (!keys_.Insert(param_id, role)) {
     return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
   }
   bytes_ += host.nbytes();

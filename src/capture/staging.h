@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "capture/staged_keys.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -72,17 +72,12 @@ class StagingArea {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  using Key = std::pair<uint64_t, std::string>;  // (param_id, role)
-  struct KeyHash {
-    size_t operator()(const Key& key) const { return std::hash<std::string>()(key.second) * 31 + key.first; }
-  };
   StagingScope* scope_;  // not owned; may be null
   std::vector<StagedTensor> tensors_;
   bool deferring_ = false;
   std::vector<StagedTensor> deferred_;
-  // Hashed, not ordered: a capture of 150,000 tensors spent a sixth of its
-  // stall inserting into an ordered set.
-  std::unordered_set<Key, KeyHash> keys_;
+  // Every (param_id, role) staged or deferred.
+  StagedKeys keys_;
   uint64_t bytes_ = 0;
 };
 

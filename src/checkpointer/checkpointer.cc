@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "torch/base_identity.h"
+#include "torch/contract_cache.h"
 #include "capture/pipeline.h"
 #include "capture/stage.h"
 #include "capture/staging_scope.h"
@@ -59,7 +60,7 @@ class Checkpointer::Impl {
       // device readbacks through this scope.
       internal::StagingScope scope(pipeline_->staging_pool(), &pipeline_->copy_pool());
       Result<std::unique_ptr<internal::StagedSnapshot>> result =
-          internal::Stage(step, state, options_, base_, internal::Reuse{tracker, &store_}, &scope);
+          internal::Stage(step, state, options_, base_, internal::Reuse{tracker, &store_}, &scope, &contracts_);
       if (!result.ok()) return result.status();
       staged = std::move(result).value();
       ready = scope.Finish();
@@ -99,7 +100,7 @@ class Checkpointer::Impl {
     // The restored bytes must be captured again in full once: forget what
     // the tracker knew (restore copies in place, but be independent of how).
     tracker_.Reset();
-    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_);
+    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_, &contracts_);
   }
 
   PipelineStats Stats() const {
@@ -127,6 +128,8 @@ class Checkpointer::Impl {
   CheckpointerOptions options_;
   // Caches the frozen base's content hash across captures and restores.
   internal::BaseIdentityBuilder base_;
+  // The models' contract, rebuilt only when they change (capture and restore).
+  internal::ContractCache contracts_;
   // Unchanged-tensor detection across captures (CheckpointerOptions::skip_unchanged).
   internal::ChangeTracker tracker_;
   // Last member: destroyed (flushed) first, while the tracker still lives.

@@ -121,7 +121,7 @@ Status CheckWritable(const RestorePlan& plan) {
   for (const RestorePlan::Copy& copy : plan.copies) {
     const std::string why = RefusesInPlaceWrites(copy.live);
     if (why.empty()) continue;
-    const std::string message = copy.what + " of the target " + why + "; nothing was restored";
+    const std::string message = copy.What() + " of the target " + why + "; nothing was restored";
     if (copy.live.layout() != c10::kStrided) return Status::NotSupported(message);
     return Status::InvalidArgument(message);
   }

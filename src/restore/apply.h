@@ -22,7 +22,11 @@ struct RestorePlan {
   struct Copy {
     torch::Tensor live;    // a parameter or buffer of the target
     torch::Tensor staged;  // decoded value, same shape and dtype
-    std::string what;      // "parameter `x`", "buffer `y`": for errors
+    // For errors, "parameter `x`" or "buffer `y`": built on failure only
+    // (a heap string per tensor otherwise). `name` outlives the plan.
+    const char* kind = "parameter";
+    const std::string* name = nullptr;
+    std::string What() const { return std::string(kind) + " `" + *name + "`"; }
   };
   struct Grad {
     torch::Tensor param;

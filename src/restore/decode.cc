@@ -57,7 +57,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   reads.reserve(wanted.size());
   hosts.reserve(wanted.size());
   for (const WantedTensor& want : wanted) {
-    const std::string what = "tensor `" + want.name + "` role " + want.role;
+    std::string what = "tensor `" + want.name + "` role " + want.role;  // moved into its read
     auto it = by_key.find(DecodedKey(want.param_id, want.role));
     if (it == by_key.end()) return Status::Corruption(what + ": in the manifest but not in the snapshot");
     const TensorRecord& record = *it->second;
@@ -76,7 +76,7 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
       return Status::Corruption(what + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
                                 std::to_string(host.nbytes()));
     }
-    reads.push_back({&record, host.data_ptr(), host.nbytes(), what});
+    reads.push_back({&record, host.data_ptr(), host.nbytes(), std::move(what)});
     hosts.push_back(std::move(host));
   }
   TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));

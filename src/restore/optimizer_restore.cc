@@ -44,6 +44,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       tensor_by_id.emplace(contract.param_ids.at(param.unsafeGetTensorImpl()), std::make_pair(param, effective));
     }
   }
+  size_t next = 0;  // where the next parameter usually is in contract.trainable
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
     auto it = tensor_by_id.find(param_state.param_id());
     if (it == tensor_by_id.end()) {
@@ -51,28 +52,30 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
                                 " that no param group holds");
     }
     const torch::Tensor& param = it->second.first;
-    const ContractEntry* entry = contract.Param(param_state.param_id());
-    const std::string what = "parameter `" + (entry ? entry->names.front() : std::string("?")) + "`";
+    const ContractEntry* entry = contract.Param(param_state.param_id(), next);
+    if (contract.TrainablePosition(entry) < contract.trainable.size()) next = contract.TrainablePosition(entry) + 1;
+    // Built on failure only: a heap string per parameter otherwise.
+    auto what = [entry] { return "parameter `" + (entry ? entry->names.front() : std::string("?")) + "`"; };
     auto state = std::make_unique<State>();
     Traits::SetStep(*state, param_state.step());
     for (const std::string& role : param_state.roles()) {
       auto tensor_it = decoded.find(DecodedKey(param_state.param_id(), stored.role_prefix() + role));
-      if (tensor_it == decoded.end()) return Status::Corruption(what + " role " + role + ": not decoded");
+      if (tensor_it == decoded.end()) return Status::Corruption(what() + " role " + role + ": not decoded");
       torch::Tensor tensor = tensor_it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/false);
       if (!Traits::SetTensor(*state, role, tensor)) {
-        return Status::Corruption(what + ": unknown " + Traits::kName + " state role " + role);
+        return Status::Corruption(what() + ": unknown " + Traits::kName + " state role " + role);
       }
     }
     for (std::string_view required : Traits::RequiredRoles()) {
       if (!HasRole(param_state, required)) {
-        return Status::Corruption(what + ": " + Traits::kName + " state lacks " + std::string(required));
+        return Status::Corruption(what() + ": " + Traits::kName + " state lacks " + std::string(required));
       }
     }
     // Only possible with the target's own options (the snapshot's come with
     // their state): step() would read state that is not there.
     for (std::string_view needed : Traits::RolesNeededBy(*it->second.second)) {
       if (!HasRole(param_state, needed)) {
-        return Status::ContractMismatch(what + ": the target's " + Traits::kName + " options need state " +
+        return Status::ContractMismatch(what() + ": the target's " + Traits::kName + " options need state " +
                                         std::string(needed) + ", which the snapshot lacks; restore the " +
                                         "snapshot's options (RestoreOptions::restore_optimizer_options)");
       }
@@ -86,8 +89,10 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
 
 Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contract& target,
                             std::vector<WantedTensor>* wanted) {
+  size_t next = 0;  // where the next parameter usually is in target.trainable
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
-    const ContractEntry* entry = target.Param(param_state.param_id());
+    const ContractEntry* entry = target.Param(param_state.param_id(), next);
+    if (target.TrainablePosition(entry) < target.trainable.size()) next = target.TrainablePosition(entry) + 1;
     if (entry == nullptr) {
       return Status::ContractMismatch("optimizer state of parameter ID " + std::to_string(param_state.param_id()) +
                                       ": absent from the target models");

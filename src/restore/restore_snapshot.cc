@@ -119,15 +119,18 @@ Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::Tra
 }  // namespace
 
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base) {
+                       const std::string& base_label, BaseIdentityBuilder& base, ContractCache* contracts) {
   // 1. Manifest and format version.
-  TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ReadManifest(store, step));
+  google::protobuf::Arena arena(ManifestArenaOptions());
+  proto::TrainingManifest& manifest = *google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(&arena);
+  TRAINSNAP_RETURN_IF_ERROR(ReadManifest(store, step, &manifest));
 
   // 2. Contract, frozen base, devices, the rest of the composition.
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(target));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(target));
   TRAINSNAP_RETURN_IF_ERROR(CheckModels(manifest, models));
-  TRAINSNAP_ASSIGN_OR_RETURN(Contract contract, BuildContract(models));
+  TRAINSNAP_ASSIGN_OR_RETURN(ContractCache::Lease lease, ContractCache::Acquire(contracts, models));
+  const Contract& contract = *lease;
   TRAINSNAP_RETURN_IF_ERROR(CheckContract(manifest, contract));
   TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));  // before the base's content hash reads them
   if (!options.allow_missing_buffers) TRAINSNAP_RETURN_IF_ERROR(CheckBuffersPresent(manifest, contract));
@@ -171,10 +174,11 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
 
   // Prepare every write; still nothing live is touched.
   RestorePlan plan;
-  for (const proto::ContractParam& param : manifest.params()) {
-    const ContractEntry& entry = EntryOf(contract.Trainable(param.id()));
-    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(param.id(), "param")),
-                           "parameter `" + entry.names.front() + "`"});
+  for (int i = 0; i < manifest.params_size(); ++i) {
+    const proto::ContractParam& param = manifest.params(i);
+    const ContractEntry& entry = EntryOf(contract.Trainable(param.id(), static_cast<size_t>(i)));
+    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(param.id(), "param")), "parameter",
+                           &entry.names.front()});
     if (!options.restore_gradients) continue;
     RestorePlan::Grad grad;
     grad.param = entry.tensor;
@@ -188,7 +192,7 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     const bool buffer = stored.role() == "buffer";
     const ContractEntry& entry = EntryOf(buffer ? contract.Buffer(stored.id()) : contract.Frozen(stored.id()));
     plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(stored.id(), stored.role())),
-                           (buffer ? "buffer `" : "parameter `") + entry.names.front() + "`"});
+                           buffer ? "buffer" : "parameter", &entry.names.front()});
   }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
     torch::optim::Optimizer* optimizer = nullptr;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "torch/base_identity.h"
+#include "torch/contract_cache.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -15,8 +16,9 @@ namespace trainsnap::internal {
 
 // On error before the copy, every live object is unchanged. May throw
 // c10::Error (the caller's ExceptionBoundary converts it). Chunks decode in parallel on the
-// store's workers (see DecodeTensors).
+// store's workers (see DecodeTensors). `contracts`: the target's contract
+// comes from this cache (null: built for this restore alone).
 Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base);
+                       const std::string& base_label, BaseIdentityBuilder& base, ContractCache* contracts = nullptr);
 
 }  // namespace trainsnap::internal

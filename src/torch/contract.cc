@@ -1,10 +1,13 @@
 #include "torch/contract.h"
 
+#include <functional>
 #include <map>
 #include <sstream>
 #include <unordered_set>
 
 #include <xxhash.h>
+
+#include "torch/model_walk.h"
 
 namespace trainsnap::internal {
 
@@ -58,6 +61,10 @@ std::string ShapeString(c10::IntArrayRef shape) {
   return out.str();
 }
 
+bool HasAliasableBytes(const torch::Tensor& tensor) {
+  return tensor.numel() > 0 && tensor.has_storage() && tensor.data_ptr() != nullptr;
+}
+
 namespace {
 
 // Groups tensors by identity: the same TensorImpl, or (for non-empty tensors)
@@ -68,17 +75,13 @@ namespace {
 // offset: both are captured, and restore writes both with the same bytes.
 class TieGrouper {
  public:
-  // Meta and empty tensors have no bytes to alias (their data pointers are null).
-  static bool HasBytes(const torch::Tensor& tensor) {
-    return tensor.numel() > 0 && tensor.has_storage() && tensor.data_ptr() != nullptr;
-  }
   // Returns the index of the group `tensor` joins, or -1 for a new one.
   long Find(const torch::Tensor& tensor) const {
     if (auto it = by_impl_.find(tensor.unsafeGetTensorImpl()); it != by_impl_.end()) return it->second;
-    if (HasBytes(tensor)) {
+    if (HasAliasableBytes(tensor)) {
       if (auto it = by_data_.find(tensor.data_ptr()); it != by_data_.end()) {
-        const torch::Tensor& first = it->second.first;
-        if (first.sizes() == tensor.sizes() && first.scalar_type() == tensor.scalar_type()) return it->second.second;
+        const c10::TensorImpl& first = *it->second.first;
+        if (first.sizes() == tensor.sizes() && first.dtype() == tensor.dtype()) return it->second.second;
       }
     }
     return -1;
@@ -89,13 +92,15 @@ class TieGrouper {
   }
   void Add(const torch::Tensor& tensor, long group) {
     by_impl_.emplace(tensor.unsafeGetTensorImpl(), group);
-    if (HasBytes(tensor)) by_data_.emplace(tensor.data_ptr(), std::make_pair(tensor, group));
+    if (HasAliasableBytes(tensor)) by_data_.emplace(tensor.data_ptr(), std::make_pair(tensor.unsafeGetTensorImpl(), group));
   }
 
  private:
   std::unordered_map<const c10::TensorImpl*, long> by_impl_;
-  // The first tensor seen at each data pointer, and its group.
-  std::unordered_map<const void*, std::pair<torch::Tensor, long>> by_data_;
+  // The first tensor seen at each data pointer, and its group. Not owning
+  // references: the models hold the tensors while the contract is built
+  // (and dropping 50,000 references was most of this table's cost).
+  std::unordered_map<const void*, std::pair<const c10::TensorImpl*, long>> by_data_;
 };
 
 Status CheckTie(const ContractEntry& entry, const torch::Tensor& tensor, const std::string& name) {
@@ -151,33 +156,38 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
     return Status::OK();
   };
   // Tables sized once: growing them rehashed every entry again at each
-  // doubling (issue 18: linear scaling at 50k parameters).
-  std::vector<torch::OrderedDict<std::string, torch::Tensor>> named_params, named_buffers;
+  // doubling (issue 18: linear scaling at 50k parameters). Undefined
+  // parameters are counted too: an upper bound is enough.
   size_t param_count = 0, buffer_count = 0;
   for (const NamedModel& model : models) {
-    named_params.push_back(model.module->named_parameters(/*recurse=*/true));
-    named_buffers.push_back(model.module->named_buffers(/*recurse=*/true));
-    param_count += named_params.back().size();
-    buffer_count += named_buffers.back().size();
+    const torch::nn::Module& root = *model.module;
+    root.apply([&](const torch::nn::Module& module) {
+      param_count += ModuleParameters::Of(module).size();
+      buffer_count += module.buffers(/*recurse=*/false).size();
+    });
   }
   params.reserve(param_count);
   param_groups.Reserve(param_count);
   buffers.reserve(buffer_count);
   buffer_groups.Reserve(buffer_count);
-  for (size_t m = 0; m < models.size(); ++m) {
-    const NamedModel& model = models[m];
-    for (const auto& item : named_params[m]) {
-      const torch::Tensor& tensor = item.value();
-      if (!tensor.defined()) continue;
-      std::string name = QualifiedName(model.key, item.key());
-      if (tensor.is_sparse()) return Status::NotSupported("parameter `" + name + "` is sparse");
-      TRAINSNAP_RETURN_IF_ERROR(add(params, param_groups, model.key, tensor, std::move(name)));
-    }
-    for (const auto& item : named_buffers[m]) {
-      const torch::Tensor& tensor = item.value();
-      if (!tensor.defined()) continue;
-      TRAINSNAP_RETURN_IF_ERROR(add(buffers, buffer_groups, model.key, tensor, QualifiedName(model.key, item.key())));
-    }
+  Status status;
+  for (const NamedModel& model : models) {
+    WalkModule(
+        *model.module, [](const std::string&, const torch::nn::Module&) {},
+        [&](const std::string& prefix, const std::string& key, const torch::Tensor& tensor) {
+          if (!status.ok()) return;
+          std::string name = QualifiedName(model.key, JoinName(prefix, key));
+          if (tensor.is_sparse()) {
+            status = Status::NotSupported("parameter `" + name + "` is sparse");
+            return;
+          }
+          status = add(params, param_groups, model.key, tensor, std::move(name));
+        },
+        [&](const std::string& prefix, const std::string& key, const torch::Tensor& tensor) {
+          if (!status.ok()) return;
+          status = add(buffers, buffer_groups, model.key, tensor, QualifiedName(model.key, JoinName(prefix, key)));
+        });
+    TRAINSNAP_RETURN_IF_ERROR(status);
   }
 
   Contract contract;
@@ -233,6 +243,33 @@ const ContractEntry* Contract::Buffer(uint64_t id) const { return Lookup(buffer_
 const ContractEntry* Contract::Param(uint64_t id) const {
   const ContractEntry* entry = Trainable(id);
   return entry != nullptr ? entry : Frozen(id);
+}
+
+const ContractEntry* Contract::Trainable(uint64_t id, size_t hint) const {
+  if (hint < trainable.size() && trainable[hint].id == id) return &trainable[hint];
+  return Trainable(id);
+}
+
+const ContractEntry* Contract::Param(uint64_t id, size_t hint) const {
+  const ContractEntry* entry = Trainable(id, hint);
+  return entry != nullptr ? entry : Frozen(id);
+}
+
+const ContractEntry* Contract::Param(const c10::TensorImpl* impl, size_t hint) const {
+  // The entry's own tensor handle holds its first TensorImpl: comparing the
+  // pointer reads the entry, not the tensor.
+  if (hint < trainable.size() && trainable[hint].tensor.unsafeGetTensorImpl() == impl) return &trainable[hint];
+  auto it = param_ids.find(impl);
+  return it == param_ids.end() ? nullptr : Param(it->second);
+}
+
+size_t Contract::TrainablePosition(const ContractEntry* entry) const {
+  // std::less: a total order even for pointers into other arrays (or null).
+  const std::less<const ContractEntry*> before;
+  if (entry == nullptr || before(entry, trainable.data()) || !before(entry, trainable.data() + trainable.size())) {
+    return trainable.size();
+  }
+  return static_cast<size_t>(entry - trainable.data());
 }
 
 Status CheckNoFrozenGradients(const Contract& contract) {

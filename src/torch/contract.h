@@ -70,7 +70,24 @@ struct Contract {
   const ContractEntry* Buffer(uint64_t id) const;
   // A trainable or frozen parameter.
   const ContractEntry* Param(uint64_t id) const;
+
+  // The same, looking first at trainable position `hint` (no hash-table
+  // probe, a cache miss each at 50,000 parameters, when it holds the
+  // parameter): manifests and optimizers list parameters in model order,
+  // so a caller walking them passes the position after its last find
+  // (TrainablePosition + 1).
+  const ContractEntry* Trainable(uint64_t id, size_t hint) const;
+  const ContractEntry* Param(uint64_t id, size_t hint) const;
+  // By TensorImpl (any of a tied entry's), as param_ids finds it.
+  const ContractEntry* Param(const c10::TensorImpl* impl, size_t hint) const;
+  // `entry`'s position in `trainable`, or trainable.size() when it is no
+  // trainable entry.
+  size_t TrainablePosition(const ContractEntry* entry) const;
 };
+
+// Whether `tensor` has bytes another tensor can alias (ties are found by
+// their first byte): not meta and empty tensors, whose data pointers are null.
+bool HasAliasableBytes(const torch::Tensor& tensor);
 
 // Builds the contract of `models`. Tensors sharing a TensorImpl, or starting
 // at the same storage byte with the same shape and dtype, are one entry

@@ -90,7 +90,20 @@ Result<EncodedManifest> EncodeManifest(proto::TrainingManifest&& manifest) {
   return out;
 }
 
-Result<proto::TrainingManifest> DecodeManifest(std::string_view own_bytes, std::string_view layout_bytes) {
+google::protobuf::ArenaOptions ManifestArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 4096;           // a few parameters (LoRA adapters) stay small
+  options.max_block_size = size_t{1} << 20;  // 15 blocks for 50,000 parameters
+  return options;
+}
+
+Result<proto::TrainingManifest> DecodeManifest(std::string_view own, std::string_view layout) {
+  proto::TrainingManifest manifest;
+  TRAINSNAP_RETURN_IF_ERROR(DecodeManifest(own, layout, &manifest));
+  return manifest;
+}
+
+Status DecodeManifest(std::string_view own_bytes, std::string_view layout_bytes, proto::TrainingManifest* out) {
   proto::SnapshotManifest own;
   if (!own.ParseFromArray(own_bytes.data(), static_cast<int>(own_bytes.size()))) {
     return Status::Corruption("manifest does not parse");
@@ -100,7 +113,7 @@ Result<proto::TrainingManifest> DecodeManifest(std::string_view own_bytes, std::
                                 " (this build reads version " + std::to_string(kManifestFormatVersion) + ")");
   }
   if (layout_bytes.empty()) return Status::Corruption("manifest: format version 2 without a layout");
-  proto::TrainingManifest m;
+  proto::TrainingManifest& m = *out;
   if (!m.ParseFromArray(layout_bytes.data(), static_cast<int>(layout_bytes.size()))) {
     return Status::Corruption("manifest layout does not parse");
   }
@@ -146,13 +159,19 @@ Result<proto::TrainingManifest> DecodeManifest(std::string_view own_bytes, std::
                               " extra states, the layout has " + std::to_string(m.extra_size()));
   }
   for (int i = 0; i < m.extra_size(); ++i) m.mutable_extra(i)->set_state(own.extra_states(i));
-  return m;
+  return Status::OK();
 }
 
 Result<proto::TrainingManifest> ReadManifest(Store& store, int64_t step) {
+  proto::TrainingManifest manifest;
+  TRAINSNAP_RETURN_IF_ERROR(ReadManifest(store, step, &manifest));
+  return manifest;
+}
+
+Status ReadManifest(Store& store, int64_t step, proto::TrainingManifest* out) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::string own, store.Manifest(step));
   TRAINSNAP_ASSIGN_OR_RETURN(std::string layout, store.SharedManifest(step));
-  return DecodeManifest(own, layout);
+  return DecodeManifest(own, layout, out);
 }
 
 }  // namespace trainsnap::internal

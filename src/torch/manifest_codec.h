@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/arena.h>
+
 #include "manifest.pb.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -36,10 +38,20 @@ Result<EncodedManifest> EncodeManifest(proto::TrainingManifest&& manifest);
 // the whole TrainingManifest in the snapshot's manifest; no store this
 // build opens holds one written by a checkpointer).
 Result<proto::TrainingManifest> DecodeManifest(std::string_view own, std::string_view layout);
+// The same into `out` (empty; it may live on an arena). On error `out` holds
+// whatever was parsed so far.
+Status DecodeManifest(std::string_view own, std::string_view layout, proto::TrainingManifest* out);
 
 // Store::Manifest + Store::SharedManifest + DecodeManifest. The store's
 // errors pass through (NotFound for a missing step, Corruption naming a
 // missing or damaged shared-manifest chunk).
 Result<proto::TrainingManifest> ReadManifest(Store& store, int64_t step);
+Status ReadManifest(Store& store, int64_t step, proto::TrainingManifest* out);
+
+// Options of the arena a capture or restore keeps its manifest in (a few
+// large blocks instead of several allocations per tensor, freed at once):
+// allocated one by one, the messages of 150,000 tensors left glibc's fast
+// bins full of small chunks, merged later on the training thread (issue 18).
+google::protobuf::ArenaOptions ManifestArenaOptions();
 
 }  // namespace trainsnap::internal

@@ -3,6 +3,9 @@
 // mapped to and from the manifest. One traits struct per optimizer type.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -182,9 +185,15 @@ Status VisitOptimizer(torch::optim::Optimizer& optimizer, Visitor&& visit) {
                               " is not supported (supported: Adam, AdamW, SGD, RMSprop, Adagrad)");
 }
 
-// Key of `param` in Optimizer::state(), as torch/optim/*.cpp build it.
+// Key of `param` in Optimizer::state(), as torch/optim/*.cpp build it:
+// c10::guts::to_string of its TensorImpl's address, which an ostream writes
+// as "0x" and lower-case hex digits. Written here without the ostringstream
+// that costs per parameter on the training thread.
 inline std::string OptimizerStateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+  char key[2 + 2 * sizeof(uintptr_t)] = {'0', 'x'};
+  const auto address = reinterpret_cast<uintptr_t>(param.unsafeGetTensorImpl());
+  char* end = std::to_chars(key + 2, key + sizeof(key), address, 16).ptr;
+  return std::string(key, static_cast<size_t>(end - key));
 }
 
 }  // namespace trainsnap::internal

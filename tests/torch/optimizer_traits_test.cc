@@ -112,5 +112,20 @@ TEST(OptimizerTraitsTest, StateTensorsInCaptureOrderAndSetByRole) {
   EXPECT_EQ(adam_tensors[2].first, "max_exp_avg_sq");
 }
 
+// The key must be exactly the one torch/optim/*.cpp build (an ostream's
+// rendering of the TensorImpl address), or every state look-up misses.
+TEST(OptimizerTraitsTest, StateKeyIsTheOneLibTorchBuilds) {
+  std::vector<torch::Tensor> params;
+  for (int i = 0; i < 8; ++i) params.push_back(torch::randn({3}, torch::requires_grad()));
+  for (const torch::Tensor& p : params) {
+    EXPECT_EQ(OptimizerStateKey(p), c10::guts::to_string(p.unsafeGetTensorImpl()));
+  }
+  torch::optim::Adam adam(params, torch::optim::AdamOptions(0.1));
+  for (torch::Tensor& p : params) p.mutable_grad() = torch::ones({3});
+  adam.step();
+  ASSERT_EQ(adam.state().size(), params.size());
+  for (const torch::Tensor& p : params) EXPECT_EQ(adam.state().count(OptimizerStateKey(p)), 1u);
+}
+
 }  // namespace
 }  // namespace trainsnap::internal
