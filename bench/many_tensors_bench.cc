@@ -12,6 +12,9 @@
 //               (calling thread): comparable on a machine shared with other work;
 //   new      -- SnapshotInfo::new_bytes of each CaptureAsync snapshot (chunk
 //               bytes it wrote: deltas against the previous one, issue 18 item 4).
+// --settle-heap: before each timed call, one malloc/free of 4 KiB on the
+// calling thread (SettleHeap below), so that the figures are trainsnap's own
+// work and not glibc merging the chunks the training step just freed.
 // Medians of `runs` repetitions. Prints a table and the ratios the issue
 // asks for (50k / 5k, restore / torch::load); writes JSON with --json.
 // Usage: many_tensors_bench [--counts 5000,10000,20000,50000] [--floats 64]
@@ -112,6 +115,20 @@ double ThreadCpu() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
 }
 
+// glibc keeps freed small chunks in "fast bins" and merges them all at the
+// next allocation of 1 KiB or more on that arena (malloc_consolidate). An
+// optimizer step over N tiny tensors frees several chunks per parameter and
+// allocates nothing that large, so without this the first such allocation
+// inside the timed call pays for merging the step's garbage: at 50,000
+// parameters about 170 ms of a 410 ms stall, scattered over 100+ MB, while at
+// 5,000 it is cheap (bench/README.md, "Session 10"). A training step with
+// any tensor of 1 KiB or more settles the heap itself.
+void SettleHeap() {
+  void* p = std::malloc(4096);
+  asm volatile("" : : "r"(p) : "memory");  // keep the pair
+  std::free(p);
+}
+
 struct Figures {
   int64_t count = 0;
   double capture = 0, stall = 0, restore = 0, save = 0, load = 0;
@@ -121,8 +138,11 @@ struct Figures {
   double new_bytes = 0;  // median over runs
 };
 
-Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool peer,
+Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool peer, bool settle,
                 const std::filesystem::path& dir) {
+  auto settle_heap = [settle] {
+    if (settle) SettleHeap();
+  };
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   trainsnap::StoreOptions options;
@@ -144,6 +164,7 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
   int64_t step = 0;
   for (int run = 0; run < runs; ++run) {
     net.Step();
+    settle_heap();
     auto a = Clock::now();
     double cpu = ProcessCpu();
     Check(checkpointer.Capture(++step, net.State()), "capture");
@@ -151,6 +172,7 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
     capture_cpu.push_back(ProcessCpu() - cpu);
 
     net.Step();
+    settle_heap();
     a = Clock::now();
     cpu = ThreadCpu();
     auto handle = checkpointer.CaptureAsync(++step, net.State());
@@ -162,6 +184,7 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
     Check(written.status(), "info");
     new_bytes.push_back(static_cast<double>(written->new_bytes));
 
+    settle_heap();
     a = Clock::now();
     cpu = ProcessCpu();
     Check(checkpointer.Restore(step, target.State()), "restore");
@@ -171,10 +194,12 @@ Figures Measure(int64_t count, int64_t floats, int runs, int worker_nice, bool p
     if (!peer) continue;
     const std::string file = (dir / "tensors.pt").string();
     std::vector<torch::Tensor> tensors = net.Tensors();
+    settle_heap();
     a = Clock::now();
     torch::save(tensors, file);
     save.push_back(Seconds(a, Clock::now()));
     std::vector<torch::Tensor> loaded;
+    settle_heap();
     a = Clock::now();
     torch::load(loaded, file);
     load.push_back(Seconds(a, Clock::now()));
@@ -210,6 +235,7 @@ int main(int argc, char** argv) {
   // scheduler instead of the code.
   int worker_nice = 0;
   bool skip_peer = false;
+  bool settle = false;
   CLI::App app{"many_tensors_bench: many small tensors against torch::save/torch::load (bench/README.md)"};
   app.add_option("--counts", counts, "parameter counts (each with 2 Adam state tensors)")->delimiter(',');
   app.add_option("--floats", floats, "float32 elements per tensor")->check(CLI::PositiveNumber);
@@ -219,6 +245,9 @@ int main(int argc, char** argv) {
   app.add_option("--worker-nice", worker_nice, "StoreOptions::worker_nice")->check(CLI::Range(0, 19));
   app.add_flag("--skip-peer", skip_peer,
                "leave out torch::save/torch::load (minutes at 50k): for profiling; the ratios to the peer are then 0");
+  app.add_flag("--settle-heap", settle,
+               "one malloc/free of 4 KiB before each timed call: time trainsnap's work, not glibc merging the "
+               "chunks the optimizer step freed (see SettleHeap)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
 
@@ -226,7 +255,7 @@ int main(int argc, char** argv) {
   std::printf("%8s %8s %10s %10s %10s %10s %10s %9s %12s %12s   %s\n", "params", "tensors", "capture", "stall",
               "restore", "save", "load", "rest/load", "manifest", "new", "cpu: capture stall restore");
   for (int64_t count : counts) {
-    Figures f = Measure(count, floats, runs, worker_nice, !skip_peer, dir_arg);
+    Figures f = Measure(count, floats, runs, worker_nice, !skip_peer, settle, dir_arg);
     std::printf("%8lld %8llu %8.1fms %8.1fms %8.1fms %8.1fms %8.1fms %8.2fx %10.1fkB %10.1fkB   %.0f %.0f %.0f ms\n",
                 static_cast<long long>(count), static_cast<unsigned long long>(f.tensors), f.capture * 1e3,
                 f.stall * 1e3, f.restore * 1e3, f.save * 1e3, f.load * 1e3, f.load > 0 ? f.restore / f.load : 0.0,
@@ -241,6 +270,7 @@ int main(int argc, char** argv) {
   out["floats_per_tensor"] = floats;
   out["runs"] = runs;
   out["worker_nice"] = worker_nice;
+  out["settle_heap"] = settle;
   for (const Figures& f : all) {
     out["results"].push_back({{"params", f.count},
                               {"tensors", f.tensors},

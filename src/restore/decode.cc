@@ -1,7 +1,10 @@
 #include "restore/decode.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
-#include <unordered_map>
+#include <map>
+#include <vector>
 
 #include <c10/util/safe_numerics.h>
 
@@ -38,16 +41,65 @@ class HostSlabs {
   std::map<std::string, SlabChain> slabs_;
 };
 
+// (param_id, role) with the role as a small number, for sorting and joining.
+struct JoinKey {
+  uint64_t param_id = 0;
+  uint32_t role = 0;
+  uint32_t index = 0;  // into the records or the wanted tensors
+  bool operator<(const JoinKey& o) const { return param_id != o.param_id ? param_id < o.param_id : role < o.role; }
+  bool SameKey(const JoinKey& o) const { return param_id == o.param_id && role == o.role; }
+};
+
+// Numbers roles by first sight. A snapshot has few (param, grad, buffer,
+// extra, optimizer state names): a linear search finds each.
+class RoleNumbers {
+ public:
+  uint32_t Of(const std::string& role) {
+    for (size_t i = 0; i < roles_.size(); ++i) {
+      if (*roles_[i] == role) return static_cast<uint32_t>(i);
+    }
+    roles_.push_back(&role);
+    return static_cast<uint32_t>(roles_.size() - 1);
+  }
+
+ private:
+  std::vector<const std::string*> roles_;  // the first string seen of each
+};
+
+// For each wanted tensor, its record or null. A join of the two lists
+// sorted by key: a hash table of the records cost a node and a string per
+// record, and at 150,000 records grew faster than their count (issue 18).
+std::vector<const TensorRecord*> FindRecords(const std::vector<TensorRecord>& records,
+                                             const std::vector<WantedTensor>& wanted) {
+  RoleNumbers roles;
+  std::vector<JoinKey> have, want;
+  have.reserve(records.size());
+  want.reserve(wanted.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    have.push_back({records[i].param_id, roles.Of(records[i].role), static_cast<uint32_t>(i)});
+  }
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    want.push_back({wanted[i].param_id, roles.Of(wanted[i].role), static_cast<uint32_t>(i)});
+  }
+  std::sort(have.begin(), have.end());
+  std::sort(want.begin(), want.end());
+  std::vector<const TensorRecord*> found(wanted.size(), nullptr);
+  size_t h = 0;
+  for (const JoinKey& w : want) {
+    while (h < have.size() && have[h] < w) ++h;
+    if (h < have.size() && have[h].SameKey(w)) found[w.index] = &records[have[h].index];
+  }
+  return found;
+}
+
 }  // namespace
 
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<TensorRecord> records, store.Tensors(step));
-  // A hash table sized once, not an ordered map: at 150k string-keyed nodes
-  // probed in manifest order (unrelated to key order) every look-up chased
-  // about 17 pointers through memory (issue 18: linear scaling).
-  std::unordered_map<DecodedKey, const TensorRecord*, DecodedKeyHash> by_key;
-  by_key.reserve(records.size());
-  for (const TensorRecord& record : records) by_key.emplace(DecodedKey(record.param_id, record.role), &record);
+  if (records.size() > UINT32_MAX || wanted.size() > UINT32_MAX) {
+    return Status::NotSupported("more than 2^32 tensors in one snapshot");
+  }
+  const std::vector<const TensorRecord*> found = FindRecords(records, wanted);
 
   // Check every record and allocate its host tensor first; then read.
   // One read per wanted tensor, into its fresh host tensor (hosts[i]).
@@ -56,11 +108,11 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   HostSlabs slabs;
   reads.reserve(wanted.size());
   hosts.reserve(wanted.size());
-  for (const WantedTensor& want : wanted) {
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const WantedTensor& want = wanted[i];
     std::string what = "tensor `" + want.name + "` role " + want.role;  // moved into its read
-    auto it = by_key.find(DecodedKey(want.param_id, want.role));
-    if (it == by_key.end()) return Status::Corruption(what + ": in the manifest but not in the snapshot");
-    const TensorRecord& record = *it->second;
+    if (found[i] == nullptr) return Status::Corruption(what + ": in the manifest but not in the snapshot");
+    const TensorRecord& record = *found[i];
     if (record.shape != want.shape) {
       return Status::Corruption(what + ": stored shape " + ShapeString(record.shape) + ", manifest says " +
                                 ShapeString(want.shape));
