@@ -22,11 +22,22 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
   using Options = typename Traits::Options;
   using State = typename Traits::State;
   out->optimizer = &target;
-  // The target's own tensor for every parameter ID its groups hold: the
-  // state key is derived from it, never from the snapshot.
-  // With the options in effect after the restore, by parameter ID.
-  std::unordered_map<uint64_t, std::pair<torch::Tensor, const Options*>> tensor_by_id;
+  // The target's own tensor for every parameter its groups hold (the first
+  // group's, for one listed twice), with the options in effect after the
+  // restore: the state key is derived from it, never from the snapshot. By
+  // the parameter's position in the contract, not in a table keyed by ID.
+  struct Held {
+    const torch::Tensor* param = nullptr;
+    const Options* options = nullptr;
+  };
+  std::vector<Held> held(contract.trainable.size() + contract.frozen.size());
+  auto slot = [&](const ContractEntry* entry) -> Held& {
+    const size_t at = contract.TrainablePosition(entry);
+    if (at < contract.trainable.size()) return held[at];
+    return held[contract.trainable.size() + static_cast<size_t>(entry - contract.frozen.data())];
+  };
   auto& groups = target.param_groups();
+  size_t next = 0;  // where the next parameter usually is in contract.trainable
   for (size_t g = 0; g < groups.size(); ++g) {
     auto* options = dynamic_cast<Options*>(&groups[g].options());
     if (options == nullptr) {
@@ -41,19 +52,26 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       out->group_options.push_back(std::move(restored));
     }
     for (const torch::Tensor& param : groups[g].params()) {
-      tensor_by_id.emplace(contract.param_ids.at(param.unsafeGetTensorImpl()), std::make_pair(param, effective));
+      const ContractEntry* entry = contract.Param(param.unsafeGetTensorImpl(), next);
+      if (entry == nullptr) {
+        return Status::ContractMismatch("param group " + std::to_string(g) + " holds a tensor of shape " +
+                                        ShapeString(param.sizes()) + " that is no parameter of the target models");
+      }
+      if (contract.TrainablePosition(entry) < contract.trainable.size()) next = contract.TrainablePosition(entry) + 1;
+      Held& h = slot(entry);
+      if (h.param == nullptr) h = {&param, effective};
     }
   }
-  size_t next = 0;  // where the next parameter usually is in contract.trainable
+  next = 0;
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
-    auto it = tensor_by_id.find(param_state.param_id());
-    if (it == tensor_by_id.end()) {
+    const ContractEntry* entry = contract.Param(param_state.param_id(), next);
+    const Held* it = entry != nullptr ? &slot(entry) : nullptr;
+    if (it == nullptr || it->param == nullptr) {
       return Status::Corruption("state of parameter " + std::to_string(param_state.param_id()) +
                                 " that no param group holds");
     }
-    const torch::Tensor& param = it->second.first;
-    const ContractEntry* entry = contract.Param(param_state.param_id(), next);
     if (contract.TrainablePosition(entry) < contract.trainable.size()) next = contract.TrainablePosition(entry) + 1;
+    const torch::Tensor& param = *it->param;
     // Built on failure only: a heap string per parameter otherwise.
     auto what = [entry] { return "parameter `" + (entry ? entry->names.front() : std::string("?")) + "`"; };
     auto state = std::make_unique<State>();
@@ -73,7 +91,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
     }
     // Only possible with the target's own options (the snapshot's come with
     // their state): step() would read state that is not there.
-    for (std::string_view needed : Traits::RolesNeededBy(*it->second.second)) {
+    for (std::string_view needed : Traits::RolesNeededBy(*it->options)) {
       if (!HasRole(param_state, needed)) {
         return Status::ContractMismatch(what() + ": the target's " + Traits::kName + " options need state " +
                                         std::string(needed) + ", which the snapshot lacks; restore the " +
