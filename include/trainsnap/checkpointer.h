@@ -252,6 +252,12 @@ struct RestoreOptions {
 // code fails the call with Aborted ("LibTorch: <message>", "out of memory",
 // ...). The Store must outlive it: destroying the Store while captures are still in flight
 // aborts the process (every build) with a message naming the store and step.
+// It remembers the contract (names, IDs, ties) of the last two sets of models
+// it captured or restored, and builds it again only when something it was
+// built from changes (a parameter, buffer or submodule added, removed,
+// renamed or replaced, a shape, dtype, data pointer or requires_grad): a
+// capture of unchanged models does not rebuild it. It keeps no reference to
+// the models' tensors between calls.
 class Checkpointer {
  public:
   explicit Checkpointer(Store& store, CheckpointerOptions options = {});
