@@ -4,6 +4,7 @@
 #include "trainsnap/checkpointer.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -66,6 +67,53 @@ TEST(CheckpointerTest, LoraSnapshotHoldsAdaptersOptimizerStateAndPendingGradsOnl
   EXPECT_EQ(again->logical_bytes, 3 * adapters);
   EXPECT_EQ(again->new_chunks, 0u);
   EXPECT_EQ(again->new_bytes, 0u);
+}
+
+// A Checkpointer reuses its models' contract between captures and restores
+// (torch/contract_cache.h); a change to the models between two captures is
+// in the second snapshot all the same.
+TEST(CheckpointerTest, ModelChangesBetweenCapturesReachTheNextSnapshot) {
+  TempStore ts;
+  Rig rig(Opt::kAdamW);
+  for (int i = 0; i < 4; ++i) rig.MicroStep();  // one window of 3, then one micro-step
+  ASSERT_EQ(rig.window.micro_step, 1);
+  Checkpointer checkpointer(*ts.store);
+  ASSERT_TRUE(checkpointer.Capture(1, rig.State()).ok());
+  ASSERT_TRUE(checkpointer.Capture(2, rig.State()).ok());  // unchanged models
+  // 4 adapters, their pending gradients, exp_avg and exp_avg_sq of each.
+  EXPECT_EQ(ts.store->Info(2)->tensors, 16u);
+
+  // Frozen: neither it nor a gradient is captured any more; the optimizer
+  // still holds its state.
+  rig.model->l1->lora_a.mutable_grad() = torch::Tensor();  // a frozen parameter may hold none
+  rig.model->l1->lora_a.set_requires_grad(false);
+  Status captured_frozen = checkpointer.Capture(3, rig.State());
+  ASSERT_TRUE(captured_frozen.ok()) << captured_frozen.ToString();
+  auto frozen = ts.store->Tensors(3);
+  ASSERT_TRUE(frozen.ok()) << frozen.status().ToString();
+  EXPECT_EQ(frozen->size(), 14u);
+
+  // A new trainable parameter (no gradient yet, no optimizer state):
+  // captured from the next snapshot on.
+  rig.model->l2->register_parameter("scale", torch::ones({3}));
+  Status captured_grown = checkpointer.Capture(4, rig.State());
+  ASSERT_TRUE(captured_grown.ok()) << captured_grown.ToString();
+  auto grown = ts.store->Tensors(4);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->size(), 15u);
+  std::multiset<std::string> roles;
+  for (const TensorRecord& record : *grown) roles.insert(record.role);
+  EXPECT_EQ(roles.count("param"), 4u);  // l1.lora_b, l2.lora_a, l2.lora_b, l2.scale
+
+  // Restore into these models (the cached contract) gives back step 4.
+  const auto captured = Fingerprint(rig.State());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : Trainable(*rig.model)) p.add_(1);  // what a trainable-only snapshot restores
+  }
+  Status restored = checkpointer.Restore(4, rig.State());
+  ASSERT_TRUE(restored.ok()) << restored.ToString();
+  EXPECT_EQ(FirstDifference(captured, Fingerprint(rig.State())), "");
 }
 
 TEST(CheckpointerTest, ModelStateSelectsBuffersAndFrozenParameters) {
