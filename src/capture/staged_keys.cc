@@ -10,7 +10,7 @@ void StagedKeys::Reserve(size_t n) {
 
 bool StagedKeys::Insert(uint64_t param_id, std::string_view role) {
   if (2 * (size_ + 1) > slots_.size()) Grow(slots_.empty() ? 16 : 2 * slots_.size());
-  const uint32_t index = RoleIndex(role);
+  const uint32_t index = roles_.Of(role);
   const size_t mask = slots_.size() - 1;
   for (size_t at = Home(param_id, index, mask);; at = (at + 1) & mask) {
     Slot& slot = slots_[at];
@@ -26,14 +26,6 @@ bool StagedKeys::Insert(uint64_t param_id, std::string_view role) {
 void StagedKeys::Clear() {
   for (Slot& slot : slots_) slot = Slot();
   size_ = 0;
-}
-
-uint32_t StagedKeys::RoleIndex(std::string_view role) {
-  for (size_t i = 0; i < roles_.size(); ++i) {
-    if (roles_[i] == role) return static_cast<uint32_t>(i);
-  }
-  roles_.emplace_back(role);
-  return static_cast<uint32_t>(roles_.size() - 1);
 }
 
 size_t StagedKeys::Home(uint64_t param_id, uint32_t role, size_t mask) {

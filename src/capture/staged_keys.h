@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/role_numbers.h"
+
 namespace trainsnap::internal {
 
 class StagedKeys {
@@ -25,17 +27,14 @@ class StagedKeys {
   static constexpr uint32_t kEmpty = UINT32_MAX;
   struct Slot {
     uint64_t param_id = 0;
-    uint32_t role = kEmpty;  // index into roles_
+    uint32_t role = kEmpty;  // its number in roles_
   };
-  // Roles are few (param, grad, buffer, extra, optimizer state names): a
-  // linear search finds their index.
-  uint32_t RoleIndex(std::string_view role);
   // Open addressing, linear probing, at most half full. Parameter IDs are
   // XXH3 hashes already: their bits, mixed with the role, pick the slot.
   static size_t Home(uint64_t param_id, uint32_t role, size_t mask);
   void Grow(size_t slots);
 
-  std::vector<std::string> roles_;
+  RoleNumbers roles_;
   std::vector<Slot> slots_;  // a power of two in size, or empty
   size_t size_ = 0;
 };

@@ -8,6 +8,7 @@
 
 #include <c10/util/safe_numerics.h>
 
+#include "common/role_numbers.h"
 #include "torch/contract.h"
 #include "torch/dtype.h"
 #include "torch/slab_chain.h"
@@ -48,22 +49,6 @@ struct JoinKey {
   uint32_t index = 0;  // into the records or the wanted tensors
   bool operator<(const JoinKey& o) const { return param_id != o.param_id ? param_id < o.param_id : role < o.role; }
   bool SameKey(const JoinKey& o) const { return param_id == o.param_id && role == o.role; }
-};
-
-// Numbers roles by first sight. A snapshot has few (param, grad, buffer,
-// extra, optimizer state names): a linear search finds each.
-class RoleNumbers {
- public:
-  uint32_t Of(const std::string& role) {
-    for (size_t i = 0; i < roles_.size(); ++i) {
-      if (*roles_[i] == role) return static_cast<uint32_t>(i);
-    }
-    roles_.push_back(&role);
-    return static_cast<uint32_t>(roles_.size() - 1);
-  }
-
- private:
-  std::vector<const std::string*> roles_;  // the first string seen of each
 };
 
 // For each wanted tensor, its record or null. A join of the two lists
