@@ -8,6 +8,13 @@ namespace trainsnap::internal {
 
 namespace {
 
+// Parameters are listed in model order: after finding trainable `entry`,
+// the next one is usually at the following position (Contract's hints).
+void SkipPast(const Contract& contract, const ContractEntry* entry, size_t* next) {
+  const size_t at = contract.TrainablePosition(entry);
+  if (at < contract.trainable.size()) *next = at + 1;
+}
+
 bool HasRole(const proto::ParamOptimizerState& state, std::string_view role) {
   for (const std::string& present : state.roles()) {
     if (present == role) return true;
@@ -57,7 +64,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
         return Status::ContractMismatch("param group " + std::to_string(g) + " holds a tensor of shape " +
                                         ShapeString(param.sizes()) + " that is no parameter of the target models");
       }
-      if (contract.TrainablePosition(entry) < contract.trainable.size()) next = contract.TrainablePosition(entry) + 1;
+      SkipPast(contract, entry, &next);
       Held& h = slot(entry);
       if (h.param == nullptr) h = {&param, effective};
     }
@@ -70,7 +77,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
       return Status::Corruption("state of parameter " + std::to_string(param_state.param_id()) +
                                 " that no param group holds");
     }
-    if (contract.TrainablePosition(entry) < contract.trainable.size()) next = contract.TrainablePosition(entry) + 1;
+    SkipPast(contract, entry, &next);
     const torch::Tensor& param = *it->param;
     // Built on failure only: a heap string per parameter otherwise.
     auto what = [entry] { return "parameter `" + (entry ? entry->names.front() : std::string("?")) + "`"; };
@@ -110,7 +117,7 @@ Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contra
   size_t next = 0;  // where the next parameter usually is in target.trainable
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
     const ContractEntry* entry = target.Param(param_state.param_id(), next);
-    if (target.TrainablePosition(entry) < target.trainable.size()) next = target.TrainablePosition(entry) + 1;
+    SkipPast(target, entry, &next);
     if (entry == nullptr) {
       return Status::ContractMismatch("optimizer state of parameter ID " + std::to_string(param_state.param_id()) +
                                       ": absent from the target models");
