@@ -339,6 +339,10 @@ class Store {
   virtual Result<std::vector<SnapshotInfo>> List() = 0;  // ascending step
   virtual Result<std::optional<int64_t>> Latest() = 0;
   virtual Result<SnapshotInfo> Info(int64_t step) = 0;
+  // Whether a snapshot is stored at `step`, without reading or checking its
+  // record (Info does both): the cheap test a capture makes of its previous
+  // snapshot. Errors only when the store cannot be read.
+  virtual Result<bool> Contains(int64_t step) = 0;
   virtual Result<std::string> Manifest(int64_t step) = 0;
   // The bytes SetSharedManifest gave the snapshot (empty if none), hash
   // checked: Corruption naming `shared manifest <hex>` when its chunk is

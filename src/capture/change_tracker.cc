@@ -30,14 +30,15 @@ Status ChangeTracker::BeginCapture(Store& store, int64_t step) {
   MutexLock lock(&mu_);
   pending_[step].clear();
   if (!committed_step_) return Status::OK();
-  auto info = store.Info(*committed_step_);
-  if (info.ok()) return Status::OK();
-  if (info.status().code() == StatusCode::kNotFound) {
+  Result<bool> stored = store.Contains(*committed_step_);
+  if (!stored.ok()) {
+    return stored.status().WithContext("check that step " + std::to_string(*committed_step_) + " is still stored");
+  }
+  if (!*stored) {
     committed_.clear();
     committed_step_.reset();
-    return Status::OK();
   }
-  return info.status().WithContext("check that step " + std::to_string(*committed_step_) + " is still stored");
+  return Status::OK();
 }
 
 std::optional<int64_t> ChangeTracker::Observe(int64_t step, uint64_t param_id, const std::string& role,

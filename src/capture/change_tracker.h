@@ -87,7 +87,7 @@ class ChangeTracker {
   static std::optional<Identity> IdentityOf(const torch::Tensor& tensor);
   static bool Same(const Identity& a, const Identity& b);
 
-  // Held across Store::Info in BeginCapture: taken before the store's locks.
+  // Held across Store::Contains in BeginCapture: taken before the store's locks.
   Mutex mu_;
   std::map<Key, Reference> committed_ GUARDED_BY(mu_);
   std::optional<int64_t> committed_step_ GUARDED_BY(mu_);

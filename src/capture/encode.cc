@@ -13,9 +13,11 @@ Status EncodeTensors(const StagedSnapshot& snapshot, SnapshotWriter& writer) {
     TRAINSNAP_RETURN_IF_ERROR(writer.AddTensor(ViewOf(staged)));
   }
   for (const UnchangedTensor& unchanged : snapshot.unchanged) {
-    TRAINSNAP_RETURN_IF_ERROR(writer.AddTensorRecord(unchanged.record)
-                                  .WithContext("tensor `" + unchanged.name + "` role " + unchanged.role +
-                                               ", unchanged since step " + std::to_string(unchanged.from_step)));
+    Status added = writer.AddTensorRecord(unchanged.record);
+    if (!added.ok()) {  // named on failure only: a heap string per tensor otherwise
+      return added.WithContext("tensor `" + unchanged.name + "` role " + unchanged.role + ", unchanged since step " +
+                               std::to_string(unchanged.from_step));
+    }
   }
   return Status::OK();
 }

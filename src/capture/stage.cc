@@ -224,20 +224,22 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   const bool with_grads =
       options.gradients == Gradients::kAlways ||
       (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
+  // Each context is built on failure only: it was a heap string per
+  // parameter on the training thread (issue 18: linear scaling).
+  auto named = [](Status status, const char* kind, const ContractEntry& entry) {
+    return status.ok() ? status : status.WithContext(std::string(kind) + " `" + entry.names.front() + "`");
+  };
   for (const ContractEntry& entry : contract.trainable) {
-    TRAINSNAP_RETURN_IF_ERROR(StageTrainable(entry, with_grads, *snapshot, Reuse{})
-                                  .WithContext("parameter `" + entry.names.front() + "`"));
+    TRAINSNAP_RETURN_IF_ERROR(named(StageTrainable(entry, with_grads, *snapshot, Reuse{}), "parameter", entry));
   }
   if (options.model_state != ModelState::kTrainable) {
     for (const ContractEntry& entry : contract.buffers) {
-      TRAINSNAP_RETURN_IF_ERROR(
-          StageModelTensor(entry, "buffer", *snapshot, Reuse{}).WithContext("buffer `" + entry.names.front() + "`"));
+      TRAINSNAP_RETURN_IF_ERROR(named(StageModelTensor(entry, "buffer", *snapshot, Reuse{}), "buffer", entry));
     }
   }
   if (options.model_state == ModelState::kFull) {
     for (const ContractEntry& entry : contract.frozen) {
-      TRAINSNAP_RETURN_IF_ERROR(
-          StageModelTensor(entry, "param", *snapshot, reuse).WithContext("parameter `" + entry.names.front() + "`"));
+      TRAINSNAP_RETURN_IF_ERROR(named(StageModelTensor(entry, "param", *snapshot, reuse), "parameter", entry));
     }
   }
   if (options.hash_base_content) {

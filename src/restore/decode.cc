@@ -77,6 +77,21 @@ std::vector<const TensorRecord*> FindRecords(const std::vector<TensorRecord>& re
   return found;
 }
 
+std::string What(const WantedTensor& want) { return "tensor `" + *want.name + "` role " + want.role; }
+
+// The error of the first of `reads` that fails when read on its own, named
+// after its wanted tensor; `failed` (ReadTensors' own error) when none does
+// (a failure that did not recur).
+Status NameFailedRead(Store& store, std::vector<TensorRead> reads, const std::vector<WantedTensor>& wanted,
+                      Status failed) {
+  for (size_t i = 0; i < reads.size(); ++i) {
+    reads[i].name = What(wanted[i]);
+    Status one = store.ReadTensors({reads[i]});
+    if (!one.ok()) return one;
+  }
+  return failed;
+}
+
 }  // namespace
 
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted) {
@@ -95,33 +110,32 @@ Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vect
   hosts.reserve(wanted.size());
   for (size_t i = 0; i < wanted.size(); ++i) {
     const WantedTensor& want = wanted[i];
-    std::string what = "tensor `" + want.name + "` role " + want.role;  // moved into its read
-    if (found[i] == nullptr) return Status::Corruption(what + ": in the manifest but not in the snapshot");
+    auto what = [&want] { return What(want); };
+    if (found[i] == nullptr) return Status::Corruption(what() + ": in the manifest but not in the snapshot");
     const TensorRecord& record = *found[i];
-    if (record.shape != want.shape) {
-      return Status::Corruption(what + ": stored shape " + ShapeString(record.shape) + ", manifest says " +
+    if (want.shape != c10::IntArrayRef(record.shape)) {
+      return Status::Corruption(what() + ": stored shape " + ShapeString(record.shape) + ", manifest says " +
                                 ShapeString(want.shape));
     }
     if (want.dtype.has_value() && record.dtype != *want.dtype) {
-      return Status::Corruption(what + ": stored dtype " + std::string(DTypeName(record.dtype)) +
+      return Status::Corruption(what() + ": stored dtype " + std::string(DTypeName(record.dtype)) +
                                 ", manifest says " + std::string(DTypeName(*want.dtype)));
     }
     Result<c10::ScalarType> type = ToScalarType(record.dtype);
-    if (!type.ok()) return type.status().WithContext(what);
+    if (!type.ok()) return type.status().WithContext(what());
     torch::Tensor host = slabs.Empty(record.shape, *type, want.role);
     if (host.nbytes() != record.bytes) {
-      return Status::Corruption(what + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
+      return Status::Corruption(what() + ": record says " + std::to_string(record.bytes) + " bytes, shape needs " +
                                 std::to_string(host.nbytes()));
     }
-    reads.push_back({&record, host.data_ptr(), host.nbytes(), std::move(what)});
+    reads.push_back({&record, host.data_ptr(), host.nbytes(), std::string()});
     hosts.push_back(std::move(host));
   }
-  TRAINSNAP_RETURN_IF_ERROR(store.ReadTensors(reads));
+  Status read = store.ReadTensors(reads);
+  if (!read.ok()) return NameFailedRead(store, std::move(reads), wanted, std::move(read));
   DecodedTensors decoded;
-  decoded.reserve(hosts.size());
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    decoded.emplace(DecodedKey(wanted[i].param_id, wanted[i].role), std::move(hosts[i]));
-  }
+  decoded.Reserve(hosts.size());
+  for (size_t i = 0; i < hosts.size(); ++i) decoded.Add(wanted[i].param_id, wanted[i].role, std::move(hosts[i]));
   return decoded;
 }
 

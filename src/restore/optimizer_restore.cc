@@ -1,7 +1,5 @@
 #include "restore/optimizer_restore.h"
 
-#include <unordered_map>
-
 #include "torch/optimizer_traits.h"
 
 namespace trainsnap::internal {
@@ -24,7 +22,7 @@ bool HasRole(const proto::ParamOptimizerState& state, std::string_view role) {
 
 template <class Traits>
 Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                   const Contract& contract, const DecodedTensors& decoded, bool restore_options,
+                   const Contract& contract, DecodedTensors& decoded, bool restore_options,
                    PreparedOptimizer* out) {
   using Options = typename Traits::Options;
   using State = typename Traits::State;
@@ -84,9 +82,9 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
     auto state = std::make_unique<State>();
     Traits::SetStep(*state, param_state.step());
     for (const std::string& role : param_state.roles()) {
-      auto tensor_it = decoded.find(DecodedKey(param_state.param_id(), stored.role_prefix() + role));
-      if (tensor_it == decoded.end()) return Status::Corruption(what() + " role " + role + ": not decoded");
-      torch::Tensor tensor = tensor_it->second.to(param.device(), /*non_blocking=*/false, /*copy=*/false);
+      const torch::Tensor* decoded_tensor = decoded.Find(param_state.param_id(), stored.role_prefix(), role);
+      if (decoded_tensor == nullptr) return Status::Corruption(what() + " role " + role + ": not decoded");
+      torch::Tensor tensor = decoded_tensor->to(param.device(), /*non_blocking=*/false, /*copy=*/false);
       if (!Traits::SetTensor(*state, role, tensor)) {
         return Status::Corruption(what() + ": unknown " + Traits::kName + " state role " + role);
       }
@@ -126,8 +124,8 @@ Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contra
       WantedTensor want;
       want.param_id = param_state.param_id();
       want.role = stored.role_prefix() + role;
-      want.name = entry->names.front();
-      want.shape = entry->tensor.sizes().vec();
+      want.name = &entry->names.front();
+      want.shape = entry->tensor.sizes();
       wanted->push_back(std::move(want));
     }
   }
@@ -135,7 +133,7 @@ Status WantOptimizerTensors(const proto::OptimizerManifest& stored, const Contra
 }
 
 Result<PreparedOptimizer> PrepareOptimizer(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                                           const Contract& contract, const DecodedTensors& decoded,
+                                           const Contract& contract, DecodedTensors& decoded,
                                            bool restore_options) {
   PreparedOptimizer prepared;
   TRAINSNAP_RETURN_IF_ERROR(VisitOptimizer(target, [&](auto traits) {

@@ -35,7 +35,7 @@ struct PreparedOptimizer {
 // kept lack state they need (e.g. the caller's amsgrad, a snapshot without
 // max_exp_avg_sq).
 Result<PreparedOptimizer> PrepareOptimizer(const proto::OptimizerManifest& stored, torch::optim::Optimizer& target,
-                                           const Contract& contract, const DecodedTensors& decoded,
+                                           const Contract& contract, DecodedTensors& decoded,
                                            bool restore_options = true);
 
 // Replaces the whole state map and every group's options (those prepared).

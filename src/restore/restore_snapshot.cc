@@ -1,5 +1,6 @@
 #include "restore/restore_snapshot.h"
 
+#include <deque>
 #include <map>
 #include <string_view>
 #include <unordered_set>
@@ -16,13 +17,20 @@ namespace trainsnap::internal {
 
 namespace {
 
+// The manifest's shape, in place.
+template <class Message>
+c10::IntArrayRef ShapeOf(const Message& stored) {
+  return c10::IntArrayRef(stored.shape().data(), static_cast<size_t>(stored.shape_size()));
+}
+
 template <class Message>
 WantedTensor Want(uint64_t id, std::string role, const Message& stored) {
+  static const std::string kUnnamed = "?";
   WantedTensor want;
   want.param_id = id;
   want.role = std::move(role);
-  want.name = stored.names().empty() ? std::string("?") : stored.names(0);
-  want.shape.assign(stored.shape().begin(), stored.shape().end());
+  want.name = stored.names().empty() ? &kUnnamed : &stored.names(0);
+  want.shape = ShapeOf(stored);
   want.dtype = static_cast<DType>(stored.dtype());
   return want;
 }
@@ -31,6 +39,14 @@ const ContractEntry& EntryOf(const ContractEntry* entry) {
   // CheckContract found every ID before; reaching here is a bug.
   if (entry == nullptr) throw std::logic_error("contract entry vanished");
   return *entry;
+}
+
+// The decoded tensor of (id, role). DecodeTensors decoded every wanted
+// tensor or failed; a miss is a bug.
+torch::Tensor DecodedOf(DecodedTensors& decoded, uint64_t id, std::string_view role) {
+  torch::Tensor* found = decoded.Find(id, role);
+  if (found == nullptr) throw std::logic_error("decoded tensor vanished");
+  return *found;
 }
 
 // As capture names them: "optimizer" for TrainingState::optimizer.
@@ -86,20 +102,20 @@ class LaterSnapshotsDiscarder final : public Stateful {
 Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::TrainingManifest& manifest,
                                     const std::vector<WantedTensor>& wanted, TensorSources* sources) {
   if (manifest.external_tensors().empty()) return DecodeTensors(store, step, wanted);
-  std::map<DecodedKey, const std::string*> external;
+  std::map<std::pair<uint64_t, std::string>, const std::string*> external;  // by (param_id, role)
   for (const proto::ExternalTensor& tensor : manifest.external_tensors()) {
-    external.emplace(DecodedKey(tensor.id(), tensor.role()), &tensor.source());
+    external.emplace(std::make_pair(tensor.id(), tensor.role()), &tensor.source());
   }
   std::vector<WantedTensor> here;
   std::map<std::string, std::vector<WantedTensor>> elsewhere;  // by source
   for (const WantedTensor& want : wanted) {
-    auto it = external.find(DecodedKey(want.param_id, want.role));
+    auto it = external.find(std::make_pair(want.param_id, want.role));
     if (it == external.end()) {
       here.push_back(want);
       continue;
     }
     if (sources == nullptr) {
-      return Status::NotSupported("tensor `" + want.name + "` role " + want.role + " is stored in source `" +
+      return Status::NotSupported("tensor `" + *want.name + "` role " + want.role + " is stored in source `" +
                                   *it->second + "` (a multi-process run's store): RestoreOptions::sources is not set");
     }
     elsewhere[*it->second].push_back(want);
@@ -111,7 +127,7 @@ Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::Tra
     if (*opened == nullptr) return Status::InvalidArgument("source `" + source + "`: resolved to no store");
     Result<DecodedTensors> part = DecodeTensors(**opened, step, group);
     if (!part.ok()) return part.status().WithContext("source `" + source + "`");
-    decoded.merge(*part);
+    decoded.Append(std::move(part).value());
   }
   return decoded;
 }
@@ -155,13 +171,14 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   for (const proto::ModelTensor& stored : manifest.model_tensors()) {
     wanted.push_back(Want(stored.id(), stored.role(), stored));
   }
+  std::deque<std::string> extra_names;  // the wanted tensors' names point into it
   for (const proto::ExtraState& extra : manifest.extra()) {
     for (const proto::ExtraTensor& tensor : extra.tensors()) {
       WantedTensor want;
       want.param_id = tensor.id();
       want.role = "extra";
-      want.name = extra.name() + "/" + tensor.name();
-      want.shape.assign(tensor.shape().begin(), tensor.shape().end());
+      want.name = &extra_names.emplace_back(extra.name() + "/" + tensor.name());
+      want.shape = ShapeOf(tensor);
       want.dtype = static_cast<DType>(tensor.dtype());
       wanted.push_back(std::move(want));
     }
@@ -172,27 +189,44 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   }
   TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodePlaced(store, step, manifest, wanted, options.sources));
 
-  // Prepare every write; still nothing live is touched.
+  // Prepare every write; still nothing live is touched. In `wanted` order,
+  // which DecodedTensors' look-ups follow.
   RestorePlan plan;
   for (int i = 0; i < manifest.params_size(); ++i) {
     const proto::ContractParam& param = manifest.params(i);
     const ContractEntry& entry = EntryOf(contract.Trainable(param.id(), static_cast<size_t>(i)));
-    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(param.id(), "param")), "parameter",
+    plan.copies.push_back({entry.tensor, DecodedOf(decoded, param.id(), "param"), "parameter",
                            &entry.names.front()});
     if (!options.restore_gradients) continue;
     RestorePlan::Grad grad;
     grad.param = entry.tensor;
     grad.state = param.grad();
     if (grad.state == proto::GRAD_STORED) {
-      grad.staged = decoded.at(DecodedKey(param.id(), "grad")).to(entry.tensor.device());
+      grad.staged = DecodedOf(decoded, param.id(), "grad").to(entry.tensor.device());
     }
     plan.grads.push_back(std::move(grad));
   }
   for (const proto::ModelTensor& stored : manifest.model_tensors()) {
     const bool buffer = stored.role() == "buffer";
     const ContractEntry& entry = EntryOf(buffer ? contract.Buffer(stored.id()) : contract.Frozen(stored.id()));
-    plan.copies.push_back({entry.tensor, decoded.at(DecodedKey(stored.id(), stored.role())),
+    plan.copies.push_back({entry.tensor, DecodedOf(decoded, stored.id(), stored.role()),
                            buffer ? "buffer" : "parameter", &entry.names.front()});
+  }
+  for (const proto::ExtraState& extra : manifest.extra()) {
+    RestorePlan::Extra item;
+    item.name = extra.name();
+    if (!extra.has_tensors()) {
+      item.target = target.extra.at(extra.name());
+      item.bytes = extra.state();
+    } else {
+      item.tensor_target = target.tensor_extra.at(extra.name());
+      item.tensor_state.type = extra.type();
+      item.tensor_state.bytes = extra.state();
+      for (const proto::ExtraTensor& tensor : extra.tensors()) {
+        item.tensor_state.tensors[tensor.name()] = DecodedOf(decoded, tensor.id(), "extra");
+      }
+    }
+    plan.extra.push_back(std::move(item));
   }
   for (const proto::OptimizerManifest& stored : manifest.optimizers()) {
     torch::optim::Optimizer* optimizer = nullptr;
@@ -214,22 +248,6 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     plan.window = AccumulationWindow{window.micro_step(), window.size(), window.weight_sum(), window.scale()};
   }
   plan.rng = std::move(rng);
-  for (const proto::ExtraState& extra : manifest.extra()) {
-    RestorePlan::Extra item;
-    item.name = extra.name();
-    if (!extra.has_tensors()) {
-      item.target = target.extra.at(extra.name());
-      item.bytes = extra.state();
-    } else {
-      item.tensor_target = target.tensor_extra.at(extra.name());
-      item.tensor_state.type = extra.type();
-      item.tensor_state.bytes = extra.state();
-      for (const proto::ExtraTensor& tensor : extra.tensors()) {
-        item.tensor_state.tensors[tensor.name()] = decoded.at(DecodedKey(tensor.id(), "extra"));
-      }
-    }
-    plan.extra.push_back(std::move(item));
-  }
   LaterSnapshotsDiscarder discarder(store, step);
   if (options.discard_later) {
     RestorePlan::Extra item;

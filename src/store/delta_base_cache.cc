@@ -26,17 +26,17 @@ std::shared_ptr<const DeltaBase> DeltaBaseCache::Find(const DeltaBaseKey& key) c
 void DeltaBaseCache::Publish(std::vector<std::pair<DeltaBaseKey, std::shared_ptr<DeltaBase>>> entries) {
   MutexLock lock(&mu_);
   for (auto& [key, base] : entries) {
-    auto it = entries_.find(key);
-    if (it != entries_.end()) {
-      held_ -= it->second->raw.size();
-      entries_.erase(it);
-    }
+    // The key's node is reused: a capture replaces every tensor's entry,
+    // and at 150,000 tensors erasing and inserting each cost a node and a
+    // key copy (issue 18: linear scaling).
+    auto [it, inserted] = entries_.try_emplace(key);
+    if (!inserted) held_ -= it->second->raw.size();
     if (held_ + base->raw.size() > budget_) {
       base->raw.clear();
       base->raw.shrink_to_fit();
     }
     held_ += base->raw.size();
-    entries_[key] = std::move(base);
+    it->second = std::move(base);
   }
 }
 

@@ -55,6 +55,7 @@ class RocksStore final : public Store, private ChunkSink {
   Result<std::vector<SnapshotInfo>> List() override;
   Result<std::optional<int64_t>> Latest() override;
   Result<SnapshotInfo> Info(int64_t step) override;
+  Result<bool> Contains(int64_t step) override;
   Result<std::string> Manifest(int64_t step) override;
   Result<std::string> SharedManifest(int64_t step) override;
   Result<std::vector<TensorRecord>> Tensors(int64_t step) override;

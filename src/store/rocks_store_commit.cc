@@ -66,7 +66,7 @@ void RocksStore::ReleaseWriterFloor(uint32_t floor) {
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t* metadata_bytes) {
   SnapshotInfo info = commit.info;
-  const std::vector<TensorRecord>& records = commit.records;
+  const std::vector<const TensorRecord*>& records = commit.records;
   const std::vector<RecordGroupRef>* groups = commit.groups ? &*commit.groups : nullptr;
   const std::string& manifest = commit.manifest;
   const bool replace_existing = commit.replace_existing;
@@ -132,7 +132,8 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
   uint64_t written = 0;  // metadata bytes of this snapshot's records
   if (groups == nullptr) {
-    for (const TensorRecord& r : records) {
+    for (const TensorRecord* record : records) {
+      const TensorRecord& r = *record;
       const std::string key = EncodeTensorKey(info.step, r.param_id, r.role);
       const std::string value = SerializeTensorRecord(r);
       written += key.size() + value.size();
@@ -151,7 +152,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   // Committed: a failure to record it in the commit log is reported, but the
   // snapshot stays (like a commit whose WAL sync failed after the append).
   TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
-  delta_bases_.Publish(std::move(commit.delta_bases));
+  delta_bases_.Publish(std::move(*commit.delta_bases));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   // The snapshot is committed whatever happens below: a failed prune, flush

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "capture/encode.h"
+#include "store/raw_db.h"
 #include "capture/stage.h"
 #include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
@@ -54,6 +55,36 @@ TEST(DecodeTest, TensorMissingFromTheSnapshotIsCorruptionAndChangesNothing) {
   EXPECT_EQ(FirstDifference(before, Fingerprint(target.State())), "");
 }
 
+// A damaged chunk fails the restore naming the tensor it belongs to: the
+// first failing read, in the order restore wants the tensors (decode names
+// a read only once the batched read has failed).
+TEST(DecodeTest, DamagedChunkIsCorruptionNamingItsTensorAndChangesNothing) {
+  TempStore ts;
+  Rig source(Opt::kAdam);
+  for (int i = 0; i < 4; ++i) source.MicroStep();
+  ASSERT_TRUE(Checkpointer(*ts.store).Capture(4, source.State()).ok());
+  const uint64_t id = internal::ParamId("l2.lora_a");
+  Result<TensorRecord> victim = ts.store->Tensor(4, id, "exp_avg");
+  ASSERT_TRUE(victim.ok()) << victim.status().ToString();
+  ASSERT_FALSE(victim->chunks.empty());
+  ts.Close();
+  {
+    testing::RawDb raw(ts.path().string());
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    raw.FlipChunkByte(victim->chunks[0].hash, 20);  // past the chunk header
+  }
+  ts.Open();
+
+  Rig target(Opt::kAdam);
+  for (int i = 0; i < 5; ++i) target.MicroStep();
+  const auto before = Fingerprint(target.State());
+  Status status = Checkpointer(*ts.store).Restore(4, target.State());
+  EXPECT_EQ(status.code(), StatusCode::kCorruption);
+  EXPECT_EQ(status.message(), "restore step 4: tensor `l2.lora_a` role exp_avg: chunk 0: chunk " +
+                                  victim->chunks[0].hash.Hex() + ": hash mismatch");
+  EXPECT_EQ(FirstDifference(before, Fingerprint(target.State())), "");
+}
+
 TEST(DecodeTest, DecodesBitwiseAndChecksShapeAndDtype) {
   TempStore ts;
   Rig source(Opt::kSgdMomentum);
@@ -61,18 +92,23 @@ TEST(DecodeTest, DecodesBitwiseAndChecksShapeAndDtype) {
   ASSERT_TRUE(Checkpointer(*ts.store).Capture(4, source.State()).ok());
   const uint64_t id = internal::ParamId("l1.lora_b");
 
+  const std::string name = "l1.lora_b";
+  const std::vector<int64_t> shape_16_4 = {16, 4}, shape_4_16 = {4, 16};
   internal::WantedTensor want;
   want.param_id = id;
   want.role = "grad";
-  want.name = "l1.lora_b";
-  want.shape = {16, 4};
+  want.name = &name;
+  want.shape = shape_16_4;
   want.dtype = DType::kFloat32;
   auto decoded = internal::DecodeTensors(*ts.store, 4, {want});
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_TRUE(capture_test::BitwiseEqual(decoded->at({id, "grad"}), source.model->l1->lora_b.grad()));
+  ASSERT_EQ(decoded->size(), 1u);
+  const torch::Tensor* grad = decoded->Find(id, "grad");
+  ASSERT_NE(grad, nullptr);
+  EXPECT_TRUE(capture_test::BitwiseEqual(*grad, source.model->l1->lora_b.grad()));
 
   internal::WantedTensor wrong_shape = want;
-  wrong_shape.shape = {4, 16};
+  wrong_shape.shape = shape_4_16;
   auto shape = internal::DecodeTensors(*ts.store, 4, {wrong_shape});
   EXPECT_EQ(shape.status().code(), StatusCode::kCorruption);
   EXPECT_EQ(shape.status().message(),

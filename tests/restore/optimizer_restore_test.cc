@@ -3,6 +3,10 @@
 // and the errors for state the manifest describes inconsistently.
 #include "restore/optimizer_restore.h"
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,19 +21,21 @@ using capture_test::BitwiseEqual;
 using capture_test::Opt;
 using capture_test::Rig;
 
-// A staged snapshot of `rig` and its staged tensors as restore decodes them.
+// A staged snapshot of `rig` and its staged tensors as restore decodes them,
+// but for `missing` (param_id, role), when given.
 struct Snapshot {
   std::unique_ptr<StagedSnapshot> staged;
   DecodedTensors decoded;
 };
 
-Snapshot Take(Rig& rig) {
+Snapshot Take(Rig& rig, std::optional<std::pair<uint64_t, std::string>> missing = std::nullopt) {
   BaseIdentityBuilder base;
   auto staged = Stage(1, rig.State(), CheckpointerOptions(), base);
   EXPECT_TRUE(staged.ok()) << staged.status().ToString();
   Snapshot out{std::move(staged).value(), {}};
   for (const StagedTensor& tensor : out.staged->staging.tensors()) {
-    out.decoded.emplace(DecodedKey(tensor.param_id, tensor.role), tensor.host.clone());
+    if (missing == std::make_pair(tensor.param_id, tensor.role)) continue;
+    out.decoded.Add(tensor.param_id, tensor.role, tensor.host.clone());
   }
   return out;
 }
@@ -47,11 +53,12 @@ TEST(OptimizerRestoreTest, WantsEveryStoredStateTensorShapedLikeItsTargetParamet
   for (int i = 0; i < 3; ++i) rig.MicroStep();
   Snapshot snapshot = Take(rig);
   std::vector<WantedTensor> wanted;
-  ASSERT_TRUE(WantOptimizerTensors(snapshot.staged->manifest.optimizers(0), ContractOf(rig), &wanted).ok());
+  const Contract contract = ContractOf(rig);  // the wanted tensors' names and shapes point into it
+  ASSERT_TRUE(WantOptimizerTensors(snapshot.staged->manifest.optimizers(0), contract, &wanted).ok());
   ASSERT_EQ(wanted.size(), 8u);  // 4 trainable parameters x (exp_avg, exp_avg_sq)
-  EXPECT_EQ(wanted[0].name, "l1.lora_a");
+  EXPECT_EQ(*wanted[0].name, "l1.lora_a");
   EXPECT_EQ(wanted[0].role, "exp_avg");
-  EXPECT_EQ(wanted[0].shape, rig.model->l1->lora_a.sizes().vec());
+  EXPECT_EQ(wanted[0].shape.vec(), rig.model->l1->lora_a.sizes().vec());
   EXPECT_EQ(wanted[1].role, "exp_avg_sq");
 }
 
@@ -87,10 +94,9 @@ TEST(OptimizerRestoreTest, PreparesAndAppliesTheSnapshotsStateAndOptionsBitwise)
 TEST(OptimizerRestoreTest, StateMissingFromTheDecodedTensorsIsCorruptionNamingTheParameter) {
   Rig rig(Opt::kAdam);
   for (int i = 0; i < 3; ++i) rig.MicroStep();
-  Snapshot snapshot = Take(rig);
   const Contract contract = ContractOf(rig);
   const uint64_t id = contract.trainable.front().id;
-  snapshot.decoded.erase(DecodedKey(id, "exp_avg_sq"));
+  Snapshot snapshot = Take(rig, std::make_pair(id, std::string("exp_avg_sq")));
   auto prepared = PrepareOptimizer(snapshot.staged->manifest.optimizers(0), *rig.optimizer, contract, snapshot.decoded);
   EXPECT_EQ(prepared.status(), Status::Corruption("parameter `l1.lora_a` role exp_avg_sq: not decoded"));
 }

@@ -137,11 +137,20 @@ TEST_F(RocksStoreTest, CommitExistingStepNeedsReplace) {
   EXPECT_EQ(store_->Manifest(1).value(), "new");
 }
 
+// Store::Contains as "yes", "no" or its error, so that a failure shows which.
+std::string ContainsText(Store& store, int64_t step) {
+  Result<bool> stored = store.Contains(step);
+  if (!stored.ok()) return stored.status().ToString();
+  return *stored ? "yes" : "no";
+}
+
 TEST_F(RocksStoreTest, NotFoundErrors) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   auto a = RandomFloats(10, 8);
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
   EXPECT_EQ(store_->Info(2).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ContainsText(*store_, 2), "no");  // absence is an answer, not an error
+  EXPECT_EQ(ContainsText(*store_, 1), "yes");
   EXPECT_EQ(store_->Manifest(2).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->Tensors(2).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->Tensor(1, 2, "param").status().code(), StatusCode::kNotFound);
@@ -161,6 +170,8 @@ TEST_F(RocksStoreTest, DeleteHidesSnapshotAndKeepsOthers) {
   ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &b}}).ok());
   ASSERT_TRUE(store_->Delete(1).ok());
   EXPECT_EQ(store_->Info(1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ContainsText(*store_, 1), "no");
+  EXPECT_EQ(ContainsText(*store_, 2), "yes");
   EXPECT_EQ(store_->Tensor(1, 1, "param").status().code(), StatusCode::kNotFound);
   auto list = store_->List();
   ASSERT_TRUE(list.ok());
@@ -473,10 +484,12 @@ TEST_F(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   ASSERT_TRUE((*reader)->Refresh().ok());
   EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1}));
   EXPECT_EQ((*reader)->Info(2).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ContainsText(**reader, 2), "no");
   ASSERT_TRUE((*writer)->Commit().ok());
   EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1}));  // not refreshed yet
   ASSERT_TRUE((*reader)->Refresh().ok());
   EXPECT_EQ(Steps(**reader), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ContainsText(**reader, 2), "yes");
   EXPECT_EQ(ReadFloats(**reader, 2, 1), b);
   EXPECT_EQ(ReadFloats(**reader, 1, 1), a);
   auto verify = (*reader)->Verify();
@@ -767,6 +780,34 @@ TEST_F(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
   for (const auto& t : *tensors) order.emplace_back(t.param_id, t.role);
   EXPECT_EQ(order, (std::vector<std::pair<uint64_t, std::string>>{
                        {2, "exp_avg"}, {2, "exp_avg_sq"}, {2, "param"}, {300, "param"}, {1ull << 40, "grad"}}));
+}
+
+// Enough tensors for record groups (snapshot format 2), whose order the
+// writer sorts itself: roles that share their first 8 bytes, a role that is
+// a prefix of another, bytes above 0x7f and an embedded NUL must come back
+// in (param_id, role) byte order, as in the tensors column family.
+TEST_F(RocksStoreTest, GroupedRecordsAreOrderedByParamThenRoleBytes) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
+  auto a = RandomFloats(4, 301);
+  const std::vector<std::string> roles = {"exp_avg_sq", "exp_avg_sz", "exp_avg", "exp_avg_", "param",
+                                          "\xc3\xa9t\xc3\xa9", "grad", std::string("exp_avg\0x", 9), "e"};
+  std::vector<std::pair<uint64_t, std::string>> keys;
+  for (uint64_t i = 0; i < 40; ++i) {
+    const uint64_t id = (i * 0x9e3779b97f4a7c15ull) ^ (i % 3 == 0 ? 7 : 0);  // scattered, a few high bits
+    for (const std::string& role : roles) keys.emplace_back(id, role);
+  }
+  auto writer = store_->BeginSnapshot(1);
+  ASSERT_TRUE(writer.ok());
+  for (const auto& [id, role] : keys) ASSERT_TRUE((*writer)->AddTensor(View(id, role, a)).ok()) << role;
+  ASSERT_TRUE((*writer)->Commit().ok());
+  auto tensors = store_->Tensors(1);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& t : *tensors) order.emplace_back(t.param_id, t.role);
+  std::sort(keys.begin(), keys.end());
+  ASSERT_EQ(order.size(), 360u);
+  EXPECT_EQ(order, keys);
+  EXPECT_EQ(ReadFloats(*store_, 1, keys[17].first, keys[17].second), a);
 }
 
 TEST_F(RocksStoreTest, OpenCreatesMissingParentDirectories) {
