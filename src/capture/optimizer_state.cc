@@ -67,7 +67,7 @@ Status CaptureWith(const NamedOptimizer& named, const Contract& contract, Stagin
         if (!added.ok() || !tensor.defined()) return;
         // The context is built on failure only (it was built for every
         // state tensor: two heap strings each, on the training thread).
-        added = staging.Add(id, prefix + role, tensor, name);
+        added = staging.Add(id, prefix + role, tensor, entry->shared_name);
         if (!added.ok()) {
           added = added.WithContext("parameter `" + name + "` state " + role);
           return;

@@ -35,14 +35,14 @@ Status DescribeTensor(const torch::Tensor& tensor, Message* out) {
 // may be pruned (retention) before this capture is encoded. When it cannot
 // be read, or does not match, the tensor is staged like any other.
 Status StageOrReuse(StagedSnapshot& snapshot, const Reuse& reuse, uint64_t id, const char* role,
-                    const torch::Tensor& tensor, const std::string& name) {
+                    const torch::Tensor& tensor, const std::shared_ptr<const std::string>& name) {
   TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(tensor));
   if (reuse.tracker != nullptr) {
     if (std::optional<int64_t> from = reuse.tracker->Observe(snapshot.step, id, role, tensor)) {
       Result<TensorRecord> record = reuse.store->Tensor(*from, id, role);
       if (record.ok() && record->shape == std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()) &&
           record->bytes == tensor.nbytes()) {
-        snapshot.unchanged.push_back({id, role, *from, name, std::move(*record)});
+        snapshot.unchanged.push_back({id, role, *from, name ? *name : std::string(), std::move(*record)});
         snapshot.unchanged_live.push_back(tensor);
         return Status::OK();
       }
@@ -58,7 +58,7 @@ Status StageTrainable(const ContractEntry& entry, bool with_grad, StagedSnapshot
   for (const std::string& name : entry.names) param->add_names(name);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, param));
   param->set_device(entry.tensor.device().str());
-  TRAINSNAP_RETURN_IF_ERROR(StageOrReuse(snapshot, reuse, entry.id, "param", entry.tensor, entry.names.front()));
+  TRAINSNAP_RETURN_IF_ERROR(StageOrReuse(snapshot, reuse, entry.id, "param", entry.tensor, entry.shared_name));
 
   const torch::Tensor& grad = entry.tensor.grad();
   if (!grad.defined()) {
@@ -90,7 +90,7 @@ Status StageTrainable(const ContractEntry& entry, bool with_grad, StagedSnapshot
     return Status::OK();
   }
   param->set_grad(proto::GRAD_STORED);
-  return snapshot.staging.AddHost(entry.id, "grad", std::move(host), entry.names.front());
+  return snapshot.staging.AddHost(entry.id, "grad", std::move(host), entry.shared_name);
 }
 
 Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnapshot& snapshot,
@@ -101,7 +101,7 @@ Status StageModelTensor(const ContractEntry& entry, const char* role, StagedSnap
   for (const std::string& name : entry.names) out->add_names(name);
   out->set_role(role);
   TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(entry.tensor, out));
-  return StageOrReuse(snapshot, reuse, entry.id, role, entry.tensor, entry.names.front());
+  return StageOrReuse(snapshot, reuse, entry.id, role, entry.tensor, entry.shared_name);
 }
 
 Status StageTensorExtra(const std::string& name, const TensorStateful* stateful, const TrainingState& state,
@@ -127,7 +127,8 @@ Status StageTensorExtra(const std::string& name, const TensorStateful* stateful,
     out->set_name(tensor_name);
     TRAINSNAP_RETURN_IF_ERROR(DescribeTensor(tensor, out).WithContext("tensor `" + tensor_name + "`"));
     TRAINSNAP_RETURN_IF_ERROR(StagingArea::CheckStageable(tensor).WithContext("tensor `" + tensor_name + "`"));
-    TRAINSNAP_RETURN_IF_ERROR(snapshot.staging.Add(out->id(), "extra", tensor, name + "/" + tensor_name));
+    TRAINSNAP_RETURN_IF_ERROR(
+        snapshot.staging.Add(out->id(), "extra", tensor, std::make_shared<const std::string>(name + "/" + tensor_name)));
   }
   return Status::OK();
 }
@@ -145,10 +146,12 @@ Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
     int64_t unchanged;  // index into snapshot.unchanged, or -1
   };
   const std::vector<StagedTensor>& deferred = snapshot.staging.deferred();
+  static const std::string kUnnamed;
   std::vector<Offered> offered;
   for (size_t i = 0; i < deferred.size(); ++i) {
     if (deferred[i].role == "extra") continue;  // tensor_extra: always stored here
-    offered.push_back({&deferred[i].name, &deferred[i].role, static_cast<int64_t>(i), -1});
+    const std::string* name = deferred[i].name ? deferred[i].name.get() : &kUnnamed;
+    offered.push_back({name, &deferred[i].role, static_cast<int64_t>(i), -1});
   }
   for (size_t i = 0; i < snapshot.unchanged.size(); ++i) {
     offered.push_back({&snapshot.unchanged[i].name, &snapshot.unchanged[i].role, -1, static_cast<int64_t>(i)});

@@ -50,7 +50,8 @@ bool StagingArea::IsAllZeroInPlace(const torch::Tensor& tensor) {
   return size == 0 || std::memcmp(bytes, kZeros, size) == 0;
 }
 
-Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name) {
+Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor& tensor,
+                        std::shared_ptr<const std::string> name) {
   TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
   if (deferring_) {
     TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
@@ -88,7 +89,8 @@ Status StagingArea::Materialize(const std::vector<bool>& keep) {
   return Status::OK();
 }
 
-Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name) {
+Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor host,
+                            std::shared_ptr<const std::string> name) {
   TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(host.scalar_type()));
   if (!host.is_contiguous() || host.device().type() != c10::DeviceType::CPU) {
     return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
@@ -109,7 +111,7 @@ TensorView ViewOf(const StagedTensor& staged) {
   view.shape.assign(staged.host.sizes().begin(), staged.host.sizes().end());
   view.data = staged.host.data_ptr();
   view.size_bytes = staged.host.nbytes();
-  if (!staged.name.empty()) view.name = "tensor `" + staged.name + "` role " + staged.role;
+  if (staged.name && !staged.name->empty()) view.name = "tensor `" + *staged.name + "` role " + staged.role;
   return view;
 }
 

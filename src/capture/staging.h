@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +24,9 @@ struct StagedTensor {
   std::string role;
   DType dtype = DType::kUnknown;
   torch::Tensor host;  // contiguous CPU copy, owned by the staging area
-  std::string name;    // qualified parameter/buffer name, for error messages
+  // Qualified parameter/buffer name, for error messages; may be null. Shared
+  // (ContractEntry::shared_name), not copied per capture.
+  std::shared_ptr<const std::string> name;
 };
 
 // Not thread-safe; filled by one thread, then read-only.
@@ -53,9 +56,11 @@ class StagingArea {
   // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
   // duplicate (param_id, role); NotSupported for a dtype the store lacks or
   // a tensor CheckStageable refuses.
-  Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor, std::string name = {});
+  Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor,
+             std::shared_ptr<const std::string> name = nullptr);
   // Stages an existing host copy (from CopyToHost) without copying again.
-  Status AddHost(uint64_t param_id, std::string role, torch::Tensor host, std::string name = {});
+  Status AddHost(uint64_t param_id, std::string role, torch::Tensor host,
+                 std::shared_ptr<const std::string> name = nullptr);
 
   // Placement (CheckpointerOptions::placement): from Defer() on, Add checks
   // and records its tensor (`host` then holds the live tensor) without

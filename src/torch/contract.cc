@@ -150,6 +150,7 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
     entry.id = ParamId(name);
     entry.model = model_key;
     entry.names.push_back(std::move(name));
+    entry.shared_name = std::make_shared<const std::string>(entry.names.front());
     entry.tensor = tensor;
     entry.impls.push_back(tensor.unsafeGetTensorImpl());
     entries.push_back(std::move(entry));

@@ -48,6 +48,9 @@ struct ContractEntry {
   uint64_t id = 0;                 // ParamId(names[0])
   std::string model;               // key of the model names[0] belongs to
   std::vector<std::string> names;  // qualified names, in named_parameters() order
+  // names[0], shared with the tensors a capture stages: a copy per staged
+  // tensor was a heap string each on the training thread (issue 18).
+  std::shared_ptr<const std::string> shared_name;
   torch::Tensor tensor;
   // Every TensorImpl the names go by (more than one when tied by storage).
   std::vector<const c10::TensorImpl*> impls;
