@@ -459,6 +459,13 @@ PYBIND11_MODULE(_trainsnap, m) {
              Check(info.status());
              return InfoDict(*info);
            })
+      .def("__contains__",
+           [](PyStore& s, int64_t step) {
+             Lease<Store> store = s.Use();
+             Result<bool> stored = WithoutGil([&] { return store->Contains(step); });
+             Check(stored.status());
+             return *stored;
+           })
       .def("delete", [](PyStore& s, int64_t step) {
         Lease<Store> store = s.Use();
         Check(WithoutGil([&] { return store->Delete(step); }));

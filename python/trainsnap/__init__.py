@@ -83,6 +83,10 @@ class Store:
     def info(self, step):
         return self._impl.info(int(step))
 
+    def __contains__(self, step):
+        """Whether a snapshot is stored at `step` (its record is not read)."""
+        return self._impl.__contains__(int(step))
+
     def verify(self, step=None):
         """Re-hashes every chunk (of `step`, or of all snapshots): a dict with
         ok, snapshots, tensors, chunks, bytes and problems (step, role, code, message)."""

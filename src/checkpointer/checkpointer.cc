@@ -82,13 +82,12 @@ class Checkpointer::Impl {
   // staged (the commit would refuse it); then waits for a pipeline slot.
   Status Admit(int64_t step) {
     TRAINSNAP_RETURN_IF_ERROR(pipeline_->Admit(step));
-    Result<SnapshotInfo> stored = store_.Info(step);
-    if (stored.ok()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(bool stored, store_.Contains(step));
+    if (stored) {
       return Status::AlreadyExists(
           "already stored (to train on from an earlier step, restore it with RestoreOptions::discard_later "
           "or RollbackTo)");
     }
-    if (stored.status().code() != StatusCode::kNotFound) return stored.status();
     return Status::OK();
   }
 

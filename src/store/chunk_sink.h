@@ -26,8 +26,8 @@ namespace trainsnap::internal {
 struct SnapshotCommit {
   SnapshotInfo info;
   // In key order. Owned by the writer, which keeps them for a retry after a
-  // failed commit: pointers, because copying 150,000 records (and freeing
-  // the copies) was a tenth of a commit (issue 18: linear scaling).
+  // failed commit: pointers, because a copy cost two allocations per record
+  // on every commit (issue 18: linear scaling).
   std::vector<const TensorRecord*> records;
   // Snapshot format 2: the record groups the writer wrote; `records` are
   // then not written one by one.

@@ -299,9 +299,11 @@ Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<St
     MutexLock lock(&mu_);
     if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
+    ++adding_;
   }
   auto unreserve = [&](Status s) {
     MutexLock lock(&mu_);
+    --adding_;
     records_.erase(key);
     failed_ = true;
     if (first_error_.ok()) first_error_ = fail(s);
@@ -318,6 +320,7 @@ Status SnapshotWriterImpl::AddRecord(TensorRecord record, const std::function<St
     }
   }
   MutexLock lock(&mu_);
+  --adding_;
   records_[key] = std::move(record);
   return Status::OK();
 }
@@ -340,6 +343,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
     MutexLock lock(&mu_);
     if (committed_ || committing_) return fail(Status::InvalidArgument("the snapshot is already committed"));
     if (!records_.try_emplace(key).second) return fail(Status::InvalidArgument("added twice"));
+    ++adding_;
   }
 
   TensorRecord record;
@@ -392,6 +396,7 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   });
 
   MutexLock lock(&mu_);
+  --adding_;
   if (!s.ok()) {
     // The snapshot would lack this tensor: refuse to commit it.
     records_.erase(key);
@@ -442,6 +447,9 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   const std::string context = "commit";
   if (committed_) return Status::InvalidArgument(context + ": already committed");
   if (committing_) return Status::InvalidArgument(context + ": another Commit is in progress");
+  // The commit reads the records in place (not copies): one still being
+  // added would change or vanish under it.
+  if (adding_ > 0) return Status::InvalidArgument(context + ": an AddTensor is still running");
   if (failed_) return Status::Aborted(context + ": an AddTensor failed: " + first_error_.ToString());
   TRAINSNAP_KILL_POINT(kKillAfterChunks);
   SnapshotInfo info;

@@ -95,6 +95,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   uint64_t metadata_new_bytes_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> metadata_bytes_{0};
   bool committing_ GUARDED_BY(mu_) = false;  // Commit is writing record groups: no more tensors
+  int adding_ GUARDED_BY(mu_) = 0;           // AddTensor/AddTensorRecord calls between reserve and record
   bool committed_ GUARDED_BY(mu_) = false;
   bool failed_ GUARDED_BY(mu_) = false;
   Status first_error_ GUARDED_BY(mu_);

@@ -60,6 +60,7 @@ def test_capture_is_capture_async_then_wait_and_restore_latest_returns_the_step(
         ckpt.capture(step, **run.state())
     assert [i["step"] for i in store.list()] == [1, 2, 3]
     assert store.latest() == 3
+    assert 2 in store and 4 not in store and -1 not in store
     expected = run.snapshot()
     target = Run(seed=3)
     assert ckpt.restore_latest(**target.state()) == 3

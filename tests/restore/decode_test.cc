@@ -55,14 +55,19 @@ TEST(DecodeTest, TensorMissingFromTheSnapshotIsCorruptionAndChangesNothing) {
   EXPECT_EQ(FirstDifference(before, Fingerprint(target.State())), "");
 }
 
+// Four micro-steps of `source` (mid-window: gradients stored), captured as step 4.
+void TrainAndCaptureStep4(Store& store, Rig& source) {
+  for (int i = 0; i < 4; ++i) source.MicroStep();
+  ASSERT_TRUE(Checkpointer(store).Capture(4, source.State()).ok());
+}
+
 // A damaged chunk fails the restore naming the tensor it belongs to: the
 // first failing read, in the order restore wants the tensors (decode names
 // a read only once the batched read has failed).
 TEST(DecodeTest, DamagedChunkIsCorruptionNamingItsTensorAndChangesNothing) {
   TempStore ts;
   Rig source(Opt::kAdam);
-  for (int i = 0; i < 4; ++i) source.MicroStep();
-  ASSERT_TRUE(Checkpointer(*ts.store).Capture(4, source.State()).ok());
+  ASSERT_NO_FATAL_FAILURE(TrainAndCaptureStep4(*ts.store, source));
   const uint64_t id = internal::ParamId("l2.lora_a");
   Result<TensorRecord> victim = ts.store->Tensor(4, id, "exp_avg");
   ASSERT_TRUE(victim.ok()) << victim.status().ToString();
@@ -88,8 +93,7 @@ TEST(DecodeTest, DamagedChunkIsCorruptionNamingItsTensorAndChangesNothing) {
 TEST(DecodeTest, DecodesBitwiseAndChecksShapeAndDtype) {
   TempStore ts;
   Rig source(Opt::kSgdMomentum);
-  for (int i = 0; i < 4; ++i) source.MicroStep();
-  ASSERT_TRUE(Checkpointer(*ts.store).Capture(4, source.State()).ok());
+  ASSERT_NO_FATAL_FAILURE(TrainAndCaptureStep4(*ts.store, source));
   const uint64_t id = internal::ParamId("l1.lora_b");
 
   const std::string name = "l1.lora_b";
