@@ -22,7 +22,7 @@ class DecodedTensors {
   void Reserve(size_t n) { entries_.reserve(n); }
   // A (param_id, role) added twice is found once; which one is unspecified.
   void Add(uint64_t param_id, std::string role, torch::Tensor tensor);
-  // Adds every tensor of `other`, after this one's.
+  // Adds every tensor of `other`, after this one's, and leaves `other` empty.
   void Append(DecodedTensors&& other);
 
   // The tensor of (param_id, role_prefix + role), or null. The pointer stays
