@@ -15,6 +15,8 @@ carrying the C++ message; a failed call leaves every live object unchanged.
 See docs/python.md.
 """
 
+import operator
+
 import torch  # noqa: F401  (loads LibTorch's Python types before the extension)
 
 from . import _state
@@ -84,8 +86,14 @@ class Store:
         return self._impl.info(int(step))
 
     def __contains__(self, step):
-        """Whether a snapshot is stored at `step` (its record is not read)."""
-        return self._impl.__contains__(int(step))
+        """Whether a snapshot is stored at integer `step` (its record is not
+        read). Anything that is not an integer is in no store: int() would
+        make 2.5 or "2" mean step 2."""
+        try:
+            step = operator.index(step)
+        except TypeError:
+            return False
+        return self._impl.__contains__(step)
 
     def verify(self, step=None):
         """Re-hashes every chunk (of `step`, or of all snapshots): a dict with

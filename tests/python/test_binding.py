@@ -61,6 +61,7 @@ def test_capture_is_capture_async_then_wait_and_restore_latest_returns_the_step(
     assert [i["step"] for i in store.list()] == [1, 2, 3]
     assert store.latest() == 3
     assert 2 in store and 4 not in store and -1 not in store
+    assert 2.5 not in store and "2" not in store and None not in store  # not steps: never truncated to 2
     expected = run.snapshot()
     target = Run(seed=3)
     assert ckpt.restore_latest(**target.state()) == 3
