@@ -51,6 +51,16 @@ _SCHEDULER = "python:scheduler"
 _RNG = "python:rng"
 
 
+def _step(step):
+    """`step` as an int. InvalidArgument for anything that is not an
+    integer: int() made 2.5 or "2" mean step 2, so that a typo could restore,
+    roll back to or delete another snapshot than the one meant."""
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise InvalidArgument(f"a step is an integer, not {type(step).__name__} {step!r}") from None
+
+
 class Store:
     """One trainsnap store (a directory). A single process may open it for
     writing (Busy otherwise); Store.open_read_only may inspect it meanwhile.
@@ -83,7 +93,7 @@ class Store:
         return self._impl.latest()
 
     def info(self, step):
-        return self._impl.info(int(step))
+        return self._impl.info(_step(step))
 
     def __contains__(self, step):
         """Whether a snapshot is stored at integer `step` (its record is not
@@ -101,7 +111,7 @@ class Store:
         return self._impl.verify(step)
 
     def delete(self, step):
-        self._impl.delete(int(step))
+        self._impl.delete(_step(step))
 
     def collect_garbage(self):
         return self._impl.collect_garbage()
@@ -165,8 +175,9 @@ class Checkpointer:
                       rng=True):
         """Stages every tensor (a host copy) and returns a CaptureHandle: the
         loop may then change everything. Encode and commit run on C++ threads."""
+        step = _step(step)  # before anything else: bad input changes nothing
         adapters = self._adapters(model, optimizer, scheduler, extra, rng)
-        return self._impl.capture_async(int(step), model, adapters, accumulation, bool(rng))
+        return self._impl.capture_async(step, model, adapters, accumulation, bool(rng))
 
     def capture(self, step, **state):
         """capture_async(step, ...).wait()."""
@@ -185,8 +196,9 @@ class Checkpointer:
         snapshots (a rollback), so that those steps may be captured again.
         restore_optimizer_options=False keeps the optimizer's param-group
         options (lr, betas, weight_decay, ...) and restores only its state."""
+        step = _step(step)  # before anything else: bad input changes nothing
         adapters = self._adapters(model, optimizer, scheduler, extra, rng, restore_optimizer_options)
-        return self._impl.restore(int(step), model, adapters, accumulation, bool(rng), restore_gradients,
+        return self._impl.restore(step, model, adapters, accumulation, bool(rng), restore_gradients,
                                   allow_missing_buffers, discard_later)
 
     def restore_latest(self, model=None, optimizer=None, scheduler=None, accumulation=None, extra=None, rng=True,

@@ -51,6 +51,31 @@ def test_mid_window_snapshot_restores_bitwise_and_training_continues_identically
     assert first_difference(other.snapshot(), continued) == ""
 
 
+def test_a_step_that_is_not_an_integer_is_refused_and_changes_nothing(tmp_path):
+    # int() made 2.5 or "2" mean step 2: a typo could then roll back to,
+    # restore or delete another snapshot than the one meant.
+    store = open_store(tmp_path)
+    ckpt = trainsnap.Checkpointer(store)
+    run = Run()
+    for step in range(1, 4):
+        train(run, 1)
+        ckpt.capture(step, **run.state())
+    target = Run(seed=3)
+    before = target.snapshot()
+    for bad in (2.5, "2", None):
+        with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
+            ckpt.restore(bad, discard_later=True, **target.state())
+        with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
+            store.delete(bad)
+        with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
+            store.info(bad)
+        with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
+            ckpt.capture(bad, **run.state())
+    assert [i["step"] for i in store.list()] == [1, 2, 3]
+    assert first_difference(target.snapshot(), before) == ""
+    assert store.info(2)["step"] == 2  # integers still work
+
+
 def test_capture_is_capture_async_then_wait_and_restore_latest_returns_the_step(tmp_path):
     store = open_store(tmp_path)
     ckpt = trainsnap.Checkpointer(store)
