@@ -108,7 +108,7 @@ class Store:
     def verify(self, step=None):
         """Re-hashes every chunk (of `step`, or of all snapshots): a dict with
         ok, snapshots, tensors, chunks, bytes and problems (step, role, code, message)."""
-        return self._impl.verify(step)
+        return self._impl.verify(None if step is None else _step(step))
 
     def delete(self, step):
         self._impl.delete(_step(step))

@@ -71,9 +71,12 @@ def test_a_step_that_is_not_an_integer_is_refused_and_changes_nothing(tmp_path):
             store.info(bad)
         with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
             ckpt.capture(bad, **run.state())
+    for bad in (2.5, "2"):  # None is "every snapshot" here
+        with pytest.raises(trainsnap.InvalidArgument, match="a step is an integer"):
+            store.verify(bad)
     assert [i["step"] for i in store.list()] == [1, 2, 3]
     assert first_difference(target.snapshot(), before) == ""
-    assert store.info(2)["step"] == 2  # integers still work
+    assert store.info(2)["step"] == 2 and store.verify(np.int64(2))["ok"]  # integers still work
 
 
 def test_capture_is_capture_async_then_wait_and_restore_latest_returns_the_step(tmp_path):
