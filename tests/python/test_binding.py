@@ -51,15 +51,21 @@ def test_mid_window_snapshot_restores_bitwise_and_training_continues_identically
     assert first_difference(other.snapshot(), continued) == ""
 
 
-def test_a_step_that_is_not_an_integer_is_refused_and_changes_nothing(tmp_path):
-    # int() made 2.5 or "2" mean step 2: a typo could then roll back to,
-    # restore or delete another snapshot than the one meant.
+def three_snapshots(tmp_path):
+    """A store with steps 1-3 of a Run trained one step before each, its Checkpointer and the Run."""
     store = open_store(tmp_path)
     ckpt = trainsnap.Checkpointer(store)
     run = Run()
     for step in range(1, 4):
         train(run, 1)
         ckpt.capture(step, **run.state())
+    return store, ckpt, run
+
+
+def test_a_step_that_is_not_an_integer_is_refused_and_changes_nothing(tmp_path):
+    # int() made 2.5 or "2" mean step 2: a typo could then roll back to,
+    # restore or delete another snapshot than the one meant.
+    store, ckpt, run = three_snapshots(tmp_path)
     target = Run(seed=3)
     before = target.snapshot()
     for bad in (2.5, "2", None):
@@ -80,12 +86,7 @@ def test_a_step_that_is_not_an_integer_is_refused_and_changes_nothing(tmp_path):
 
 
 def test_capture_is_capture_async_then_wait_and_restore_latest_returns_the_step(tmp_path):
-    store = open_store(tmp_path)
-    ckpt = trainsnap.Checkpointer(store)
-    run = Run()
-    for step in range(1, 4):
-        train(run, 1)
-        ckpt.capture(step, **run.state())
+    store, ckpt, run = three_snapshots(tmp_path)
     assert [i["step"] for i in store.list()] == [1, 2, 3]
     assert store.latest() == 3
     assert 2 in store and 4 not in store and -1 not in store
