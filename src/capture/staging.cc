@@ -55,9 +55,6 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
   TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
   if (deferring_) {
     TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
-    if (!keys_.Insert(param_id, role)) {
-      return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
-    }
     deferred_.push_back({param_id, std::move(role), dtype, tensor, std::move(name)});
     return Status::OK();
   }
@@ -66,7 +63,6 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
 
 void StagingArea::Reserve(size_t n) {
   (deferring_ ? deferred_ : tensors_).reserve(n);
-  keys_.Reserve(n);
 }
 
 Status StagingArea::Materialize(const std::vector<bool>& keep) {
@@ -77,9 +73,6 @@ Status StagingArea::Materialize(const std::vector<bool>& keep) {
   std::vector<StagedTensor> deferred = std::move(deferred_);
   deferred_.clear();
   deferring_ = false;
-  // Forget the deferred pairs: only those kept are staged (again) below.
-  keys_.Clear();
-  for (const StagedTensor& staged : tensors_) keys_.Insert(staged.param_id, staged.role);
   for (size_t i = 0; i < deferred.size(); ++i) {
     StagedTensor& staged = deferred[i];
     if (!keep[i]) continue;
@@ -94,9 +87,6 @@ Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor h
   TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(host.scalar_type()));
   if (!host.is_contiguous() || host.device().type() != c10::DeviceType::CPU) {
     return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
-  }
-  if (!keys_.Insert(param_id, role)) {
-    return Status::InvalidArgument("tensor (" + std::to_string(param_id) + ", " + role + ") staged twice");
   }
   bytes_ += host.nbytes();
   tensors_.push_back({param_id, std::move(role), dtype, std::move(host), std::move(name)});

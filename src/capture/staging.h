@@ -11,7 +11,6 @@
 
 #include <torch/torch.h>
 
-#include "capture/staged_keys.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -53,9 +52,14 @@ class StagingArea {
   // The same for a live contiguous CPU tensor, without waiting.
   static bool IsAllZeroInPlace(const torch::Tensor& tensor);
 
-  // Copies `tensor` and stages it as (param_id, role). InvalidArgument for a
-  // duplicate (param_id, role); NotSupported for a dtype the store lacks or
-  // a tensor CheckStageable refuses.
+  // Copies `tensor` and stages it as (param_id, role). NotSupported for a
+  // dtype the store lacks or a tensor CheckStageable refuses. A pair staged
+  // twice is not looked for here: the snapshot writer refuses it ("added
+  // twice") when the capture is encoded. Stage's walks cannot produce one
+  // (IDs are unique in the contract, an optimizer's roles carry its key,
+  // an extra's tensors are a map); a table of every pair, probed per tensor,
+  // was a cache miss each on the training thread at 50,000 parameters
+  // (issue 18).
   Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor,
              std::shared_ptr<const std::string> name = nullptr);
   // Stages an existing host copy (from CopyToHost) without copying again.
@@ -81,8 +85,6 @@ class StagingArea {
   std::vector<StagedTensor> tensors_;
   bool deferring_ = false;
   std::vector<StagedTensor> deferred_;
-  // Every (param_id, role) staged or deferred.
-  StagedKeys keys_;
   uint64_t bytes_ = 0;
 };
 

@@ -104,6 +104,24 @@ TEST(EncodeTest, AWriterErrorNamesTheTensorOnceByItsStagedName) {
   EXPECT_EQ(again, Status::InvalidArgument("tensor `l1.lora_a` role param: the snapshot is already committed"));
 }
 
+// Staging does not look for a (param_id, role) pair staged twice (a table
+// probed per tensor on the training thread); the writer refuses the second
+// when the capture is encoded, naming it, and nothing is committed.
+TEST(EncodeTest, APairStagedTwiceIsRefusedWhenEncodedAndNothingIsCommitted) {
+  TempStore ts;
+  StagedSnapshot staged;
+  staged.step = 1;
+  auto name = std::make_shared<const std::string>("w");
+  ASSERT_TRUE(staged.staging.Add(7, "param", torch::ones({4}), name).ok());
+  ASSERT_TRUE(staged.staging.Add(7, "param", torch::zeros({4}), name).ok());
+  auto writer = ts.store->BeginSnapshot(1);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  Status encoded = EncodeTensors(staged, **writer);
+  EXPECT_EQ(encoded, Status::InvalidArgument("tensor `w` role param: added twice"));
+  writer->reset();  // abandoned, as the pipeline does after a failure
+  EXPECT_TRUE(ts.store->List().value().empty());
+}
+
 TEST(EncodeTest, ATensorStagedWithoutANameIsNamedByItsIdAndRole) {
   StagedTensor staged;
   staged.param_id = 0x2a;
