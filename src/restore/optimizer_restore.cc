@@ -68,6 +68,7 @@ Status PrepareWith(const proto::OptimizerManifest& stored, torch::optim::Optimiz
     }
   }
   next = 0;
+  out->state.reserve(static_cast<size_t>(stored.params_size()));
   for (const proto::ParamOptimizerState& param_state : stored.params()) {
     const ContractEntry* entry = contract.Param(param_state.param_id(), next);
     const Held* it = entry != nullptr ? &slot(entry) : nullptr;

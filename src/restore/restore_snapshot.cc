@@ -192,6 +192,11 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
   // Prepare every write; still nothing live is touched. In `wanted` order,
   // which DecodedTensors' look-ups follow.
   RestorePlan plan;
+  // Sized once: growing them moved every entry (two tensor handles each)
+  // to fresh memory over and over at 50,000 parameters (issue 18).
+  plan.copies.reserve(static_cast<size_t>(manifest.params_size()) +
+                      static_cast<size_t>(manifest.model_tensors_size()));
+  if (options.restore_gradients) plan.grads.reserve(static_cast<size_t>(manifest.params_size()));
   for (int i = 0; i < manifest.params_size(); ++i) {
     const proto::ContractParam& param = manifest.params(i);
     const ContractEntry& entry = EntryOf(contract.Trainable(param.id(), static_cast<size_t>(i)));
