@@ -55,8 +55,24 @@ Status StagingArea::Add(uint64_t param_id, std::string role, const torch::Tensor
   TRAINSNAP_RETURN_IF_ERROR(CheckStageable(tensor));
   if (deferring_) {
     TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
-    deferred_.push_back({param_id, std::move(role), dtype, tensor, std::move(name)});
+    deferred_.push_back({param_id, std::move(role), dtype, tensor, std::move(name), nullptr, 0, {}});
     return Status::OK();
+  }
+  if (scope_ != nullptr) {
+    // Most tensors of a model of many small ones: a slab piece, no tensor.
+    TRAINSNAP_ASSIGN_OR_RETURN(DType dtype, ToDType(tensor.scalar_type()));
+    if (const uint8_t* piece = scope_->CopySmallToSlab(tensor, &slabs_)) {
+      StagedTensor& staged = tensors_.emplace_back();
+      staged.param_id = param_id;
+      staged.role = std::move(role);
+      staged.dtype = dtype;
+      staged.name = std::move(name);
+      staged.piece = piece;
+      staged.piece_bytes = tensor.nbytes();
+      staged.piece_shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+      bytes_ += staged.piece_bytes;
+      return Status::OK();
+    }
   }
   return AddHost(param_id, std::move(role), CopyToHost(tensor), std::move(name));
 }
@@ -89,7 +105,7 @@ Status StagingArea::AddHost(uint64_t param_id, std::string role, torch::Tensor h
     return Status::InvalidArgument("staged tensor role " + role + " is not a contiguous host tensor");
   }
   bytes_ += host.nbytes();
-  tensors_.push_back({param_id, std::move(role), dtype, std::move(host), std::move(name)});
+  tensors_.push_back({param_id, std::move(role), dtype, std::move(host), std::move(name), nullptr, 0, {}});
   return Status::OK();
 }
 
@@ -98,9 +114,10 @@ TensorView ViewOf(const StagedTensor& staged) {
   view.param_id = staged.param_id;
   view.role = staged.role;
   view.dtype = staged.dtype;
-  view.shape.assign(staged.host.sizes().begin(), staged.host.sizes().end());
-  view.data = staged.host.data_ptr();
-  view.size_bytes = staged.host.nbytes();
+  const c10::IntArrayRef sizes = staged.sizes();
+  view.shape.assign(sizes.begin(), sizes.end());
+  view.data = staged.data();
+  view.size_bytes = staged.nbytes();
   if (staged.name && !staged.name->empty()) view.name = "tensor `" + *staged.name + "` role " + staged.role;
   return view;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/SmallVector.h>
 #include <torch/torch.h>
 
 #include "trainsnap/status.h"
@@ -22,10 +23,23 @@ struct StagedTensor {
   uint64_t param_id = 0;
   std::string role;
   DType dtype = DType::kUnknown;
-  torch::Tensor host;  // contiguous CPU copy, owned by the staging area
+  // Contiguous CPU copy, owned by the staging area; undefined for a piece
+  // (below).
+  torch::Tensor host;
   // Qualified parameter/buffer name, for error messages; may be null. Shared
   // (ContractEntry::shared_name), not copied per capture.
   std::shared_ptr<const std::string> name;
+  // A small copy in a slab the staging area holds, without a tensor of its
+  // own (StagingScope::CopySmallToSlab): its bytes and shape. Null when
+  // `host` holds the copy.
+  const uint8_t* piece = nullptr;
+  size_t piece_bytes = 0;
+  c10::SmallVector<int64_t, 5> piece_shape;
+
+  // The copy's bytes, wherever they are.
+  const void* data() const { return piece != nullptr ? piece : host.data_ptr(); }
+  size_t nbytes() const { return piece != nullptr ? piece_bytes : host.nbytes(); }
+  c10::IntArrayRef sizes() const { return piece != nullptr ? c10::IntArrayRef(piece_shape) : host.sizes(); }
 };
 
 // Not thread-safe; filled by one thread, then read-only.
@@ -83,6 +97,8 @@ class StagingArea {
  private:
   StagingScope* scope_;  // not owned; may be null
   std::vector<StagedTensor> tensors_;
+  // The slabs of the pieces in tensors_ (StagedTensor::piece).
+  std::vector<torch::Tensor> slabs_;
   bool deferring_ = false;
   std::vector<StagedTensor> deferred_;
   uint64_t bytes_ = 0;

@@ -97,6 +97,15 @@ torch::Tensor StagingSlabs::Acquire(StagingPool& pool, c10::IntArrayRef sizes, c
   });
 }
 
+uint8_t* StagingSlabs::CutBytes(StagingPool& pool, size_t bytes, const std::shared_ptr<StagingOwner>& owner,
+                                std::vector<torch::Tensor>* keep) {
+  if (requests_ < kUnslabbed) return nullptr;
+  ++requests_;
+  return slabs_[0].CutBytes(bytes, [&] {
+    return pool.Acquire({static_cast<int64_t>(kSlabBytes)}, torch::kUInt8, /*pinned=*/false, owner);
+  }, keep);
+}
+
 StagingPoolStats StagingPool::stats() const {
   MutexLock lock(&mu_);
   StagingPoolStats s = stats_;

@@ -93,6 +93,11 @@ class StagingSlabs {
   // (more than 0).
   torch::Tensor Acquire(StagingPool& pool, c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned,
                         const std::shared_ptr<StagingOwner>& owner);
+  // `bytes` (more than 0, under kSmallTensorBytes) of an unpinned slab as a
+  // bare pointer (SlabChain::CutBytes: `keep` holds the slabs), or null while
+  // the request is among the first kUnslabbed (then Acquire serves it).
+  uint8_t* CutBytes(StagingPool& pool, size_t bytes, const std::shared_ptr<StagingOwner>& owner,
+                    std::vector<torch::Tensor>* keep);
 
  private:
   size_t requests_ = 0;

@@ -68,6 +68,17 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   return dst;
 }
 
+const uint8_t* StagingScope::CopySmallToSlab(const torch::Tensor& tensor, std::vector<torch::Tensor>* keep) {
+  const size_t bytes = tensor.nbytes();
+  if (bytes == 0 || bytes >= kSmallTensorBytes || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
+      tensor.is_conj() || tensor.is_neg()) {
+    return nullptr;
+  }
+  uint8_t* dst = slabs_.CutBytes(*pool_, bytes, owner_, keep);
+  if (dst != nullptr) std::memcpy(dst, tensor.data_ptr(), bytes);
+  return dst;
+}
+
 void StagingScope::RunHostCopies() {
   if (host_copies_.empty()) return;
   // Ranges of about kParallelCopyBytes / 2 over every deferred copy.

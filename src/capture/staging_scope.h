@@ -39,6 +39,13 @@ class StagingScope {
   // A contiguous host copy of `tensor` in a pooled buffer; its bytes are
   // valid after Settle() or, for the encoder, after Finish()'s events.
   torch::Tensor CopyToHost(const torch::Tensor& tensor);
+  // A small contiguous CPU tensor (under kSmallTensorBytes, not a lazy
+  // conjugate or negative view) copied at once into a slab, as a bare
+  // pointer to its bytes: no tensor is made for the copy. `keep` receives
+  // the slabs (SlabChain::CutBytes). Null, with nothing copied, for any
+  // other tensor, and for the first small ones of a capture
+  // (StagingSlabs::kUnslabbed): CopyToHost serves those.
+  const uint8_t* CopySmallToSlab(const torch::Tensor& tensor, std::vector<torch::Tensor>* keep);
   // Makes every copy issued so far readable on this thread (runs deferred CPU
   // copies; waits for device copies). Used where staging reads the bytes
   // (the zero-gradient check).

@@ -1,5 +1,8 @@
 #include "capture/staging.h"
 
+#include <cstdint>
+#include <cstring>
+
 #include <boost/asio/thread_pool.hpp>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -56,6 +59,57 @@ TEST(StagingTest, WithAScopeStagesIntoThePoolsBuffers) {
   staging = StagingArea();  // the staged copy goes back to the pool
   EXPECT_EQ(pool->stats().in_use_bytes, 0u);
   EXPECT_EQ(pool->stats().cached_bytes, 65536u);
+}
+
+// Past the first StagingSlabs::kUnslabbed small tensors of a capture, a
+// small contiguous CPU tensor is copied into a slab the staging area holds,
+// without a tensor of its own; its view has the right bytes and shape, also
+// after the scope is gone and the live tensors changed. Others keep `host`.
+TEST(StagingTest, SmallTensorsPastTheFirstBecomeSlabPiecesWithTheirBytesAndShape) {
+  auto pool = StagingPool::Create(0);
+  StagingArea staging;
+  std::vector<torch::Tensor> live, want;
+  {
+    StagingScope scope(pool, nullptr);
+    staging = StagingArea(&scope);
+    const int64_t n = static_cast<int64_t>(StagingSlabs::kUnslabbed) + 2000;  // several slabs of pieces
+    for (int64_t i = 0; i < n; ++i) {
+      torch::Tensor t = i % 3 == 0 ? torch::randn({4, 5}, torch::kFloat64)  // 160 bytes
+                                   : torch::randint(0, 100, {7}, torch::kInt32);  // 28 bytes: padded
+      live.push_back(t);
+      want.push_back(t.clone());
+      ASSERT_TRUE(staging.Add(static_cast<uint64_t>(i), "param", t).ok());
+    }
+    // Not pieces: a strided tensor and a large one.
+    torch::Tensor strided = torch::arange(12, torch::kFloat32).reshape({3, 4}).t();
+    ASSERT_TRUE(staging.Add(n, "param", strided).ok());
+    ASSERT_TRUE(staging.Add(n + 1, "param", torch::ones({2048})).ok());  // 8 KiB
+    live.push_back(strided);
+    want.push_back(strided.contiguous());
+    want.push_back(torch::ones({2048}));
+    EXPECT_TRUE(scope.Finish().empty());
+  }
+  for (torch::Tensor& t : live) t.fill_(-1);  // the staged copies share no memory with them
+  const std::vector<StagedTensor>& staged = staging.tensors();
+  ASSERT_EQ(staged.size(), want.size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < staged.size(); ++i) {
+    const bool piece = i >= StagingSlabs::kUnslabbed && i + 2 < staged.size();
+    EXPECT_EQ(staged[i].piece != nullptr, piece) << i;
+    EXPECT_EQ(staged[i].host.defined(), !piece) << i;
+    TensorView view = ViewOf(staged[i]);
+    EXPECT_EQ(view.shape, std::vector<int64_t>(want[i].sizes().begin(), want[i].sizes().end())) << i;
+    ASSERT_EQ(view.size_bytes, want[i].nbytes()) << i;
+    EXPECT_EQ(std::memcmp(view.data, want[i].data_ptr(), view.size_bytes), 0) << i;
+    if (piece) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(view.data) % kSlabAlignment, 0u) << i;
+    }
+    bytes += want[i].nbytes();
+  }
+  EXPECT_EQ(staging.bytes(), bytes);
+  EXPECT_GT(pool->stats().in_use_bytes, 0u);
+  staging = StagingArea();  // the slabs go back to the pool with the area
+  EXPECT_EQ(pool->stats().in_use_bytes, 0u);
 }
 
 TEST(StagingTest, WithoutAScopeMakesAPlainCopy) {
