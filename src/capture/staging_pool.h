@@ -82,8 +82,9 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
 // kUnslabbed small requests of a capture still get buffers of their own, so
 // that a capture of a few small tensors (LoRA adapters) is charged and
 // bounded per tensor as before; slabs serve the rest. A slab returns to the
-// pool when the carver and every piece cut from it are gone, and is charged
-// to the owner as one pool buffer. One per capture (StagingScope): not
+// pool when the carver, every piece tensor cut from it and every `keep`
+// holding it (CutBytes: the staging area of bare pieces) are gone, and is
+// charged to the owner as one pool buffer. One per capture (StagingScope): not
 // thread-safe.
 class StagingSlabs {
  public:
