@@ -6,7 +6,7 @@ namespace trainsnap::internal {
 
 torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArrayRef sizes, c10::ScalarType dtype) {
   const size_t bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
-  const size_t piece = (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment;
+  const size_t piece = SlabPieceBytes(bytes);
   if (*used > slab.nbytes() || piece > slab.nbytes() - *used) return torch::Tensor();
   const size_t offset = static_cast<size_t>(slab.storage_offset()) * slab.element_size() + *used;
   if (offset % c10::elementSize(dtype) != 0) return torch::Tensor();  // only a slab that starts off-alignment

@@ -19,6 +19,10 @@ constexpr size_t kSlabBytes = size_t{256} << 10;
 // Alignment of every piece, and so of its data pointer: a cache line.
 constexpr size_t kSlabAlignment = 64;
 
+// What a piece of `bytes` takes of a slab: `bytes` rounded up to a whole
+// kSlabAlignment.
+constexpr size_t SlabPieceBytes(size_t bytes) { return (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment; }
+
 // A contiguous tensor of `sizes`/`dtype` cut from the uint8 buffer `slab` at
 // offset `*used` (a multiple of kSlabAlignment), which then moves past it,
 // rounded up to the next multiple; the piece shares the slab's storage and
@@ -51,7 +55,7 @@ class SlabChain {
   // tensors, growing faster than their count (issue 18).
   template <typename Fresh>
   uint8_t* CutBytes(size_t bytes, Fresh&& fresh, std::vector<torch::Tensor>* keep) {
-    const size_t piece = (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment;
+    const size_t piece = SlabPieceBytes(bytes);
     if (!slab_.defined() || used_ > slab_.nbytes() || piece > slab_.nbytes() - used_) NextSlab(fresh());
     if (!kept_) {
       keep->push_back(slab_);
