@@ -13,6 +13,12 @@ namespace {
 // Whether pinned host memory is available for `device`'s copies.
 bool PinnedFor(const c10::Device& device) { return device.is_cuda() && torch::cuda::is_available(); }
 
+// Whether a memcpy of `tensor`'s bytes is its copy: a contiguous CPU tensor
+// without a lazy conjugate or negative bit (copy_ resolves those).
+bool BytesAreValues(const torch::Tensor& tensor) {
+  return tensor.device().is_cpu() && tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg();
+}
+
 }  // namespace
 
 StagingScope::StagingScope(std::shared_ptr<StagingPool> pool, boost::asio::thread_pool* copy_pool)
@@ -35,11 +41,9 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
                           ? slabs_.Acquire(*pool_, tensor.sizes(), tensor.scalar_type(), PinnedFor(device), owner_)
                           : pool_->Acquire(tensor.sizes(), tensor.scalar_type(), PinnedFor(device), owner_);
   if (dst.numel() == 0) return dst;
-  if (device.is_cpu() && tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg() &&
-      (bytes < kParallelCopyBytes || copy_pool_ == nullptr)) {
+  if (BytesAreValues(tensor) && (bytes < kParallelCopyBytes || copy_pool_ == nullptr)) {
     // Many small tensors: a memcpy costs a fraction of copy_'s dispatch and
-    // needs no detached handle (copy_ also resolves lazy conjugate/negative
-    // views, hence the test).
+    // needs no detached handle.
     std::memcpy(dst.data_ptr(), tensor.data_ptr(), bytes);
     return dst;
   }
@@ -48,9 +52,8 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
   torch::Tensor src = tensor.detach();
   if (device.is_cpu()) {
     // Ranges on the copy pool are raw memcpys: only for bytes that need no
-    // resolving (a conjugate or negative view is a lazy bit over them).
-    if (src.is_contiguous() && !src.is_conj() && !src.is_neg() && bytes >= kParallelCopyBytes &&
-        copy_pool_ != nullptr) {
+    // resolving.
+    if (BytesAreValues(src) && bytes >= kParallelCopyBytes && copy_pool_ != nullptr) {
       host_copies_.push_back({src, dst});
     } else {
       dst.copy_(src);
@@ -70,10 +73,7 @@ torch::Tensor StagingScope::CopyToHost(const torch::Tensor& tensor) {
 
 const uint8_t* StagingScope::CopySmallToSlab(const torch::Tensor& tensor, std::vector<torch::Tensor>* keep) {
   const size_t bytes = tensor.nbytes();
-  if (bytes == 0 || bytes >= kSmallTensorBytes || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
-      tensor.is_conj() || tensor.is_neg()) {
-    return nullptr;
-  }
+  if (bytes == 0 || bytes >= kSmallTensorBytes || !BytesAreValues(tensor)) return nullptr;
   uint8_t* dst = slabs_.CutBytes(*pool_, bytes, owner_, keep);
   if (dst != nullptr) std::memcpy(dst, tensor.data_ptr(), bytes);
   return dst;

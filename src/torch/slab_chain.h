@@ -50,9 +50,9 @@ class SlabChain {
   // pointer aligned to kSlabAlignment: no tensor is made for the piece, so
   // nothing keeps its slab alive but `keep` (the same vector on every
   // call), which receives every slab a piece comes from, once each, and
-  // must outlive the pieces' use. A
-  // TensorImpl per piece was a fifth of a capture's stall at 150,000 small
-  // tensors, growing faster than their count (issue 18).
+  // must outlive the pieces' use. A TensorImpl per piece was a fifth of a
+  // capture's stall at 150,000 small tensors, growing faster than their
+  // count (issue 18).
   template <typename Fresh>
   uint8_t* CutBytes(size_t bytes, Fresh&& fresh, std::vector<torch::Tensor>* keep) {
     const size_t piece = SlabPieceBytes(bytes);
