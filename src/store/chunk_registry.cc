@@ -21,7 +21,12 @@ void ChunkRegistry::Unpin(const std::vector<ChunkHash>& hashes) {
 
 void ChunkRegistry::NoteStored(const ChunkHash& hash, uint64_t stored_bytes) {
   MutexLock lock(&mu_);
-  known_sizes_[hash] = stored_bytes;
+  if (auto it = known_sizes_.find(hash); it != known_sizes_.end()) {
+    it->second = stored_bytes;
+    return;
+  }
+  if (known_sizes_.size() >= max_known_sizes_) known_sizes_.clear();
+  known_sizes_.emplace(hash, stored_bytes);
 }
 
 Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
@@ -79,6 +84,11 @@ void ChunkRegistry::ForgetSizes() {
 size_t ChunkRegistry::pinned() const {
   MutexLock lock(&mu_);
   return pins_.size();
+}
+
+size_t ChunkRegistry::known_sizes() const {
+  MutexLock lock(&mu_);
+  return known_sizes_.size();
 }
 
 }  // namespace trainsnap::internal

@@ -36,6 +36,15 @@ struct InFlightChunk {
 // Thread-safe.
 class ChunkRegistry {
  public:
+  // Known sizes held at most (about 70 bytes each): every chunk a process
+  // writes is noted, so without a bound the table grew by a node per new
+  // chunk for as long as no snapshot was deleted (150,000 per capture of
+  // 50,000 parameters with Adam), and each look-up missed the cache more
+  // often the larger it was (issue 18: linear scaling). Past the bound the
+  // table starts afresh: a forgotten size is asked of RocksDB again.
+  static constexpr size_t kDefaultMaxKnownSizes = size_t{1} << 20;
+  explicit ChunkRegistry(size_t max_known_sizes = kDefaultMaxKnownSizes) : max_known_sizes_(max_known_sizes) {}
+
   // Pins `hash` (GC skips it until Unpin) and returns its stored size if the
   // chunk is known to be in the store. Pinning happens before the caller's
   // existence check, so a concurrent GC cannot delete a chunk it dedups against.
@@ -72,8 +81,10 @@ class ChunkRegistry {
   void ForgetSizes();
 
   size_t pinned() const;
+  size_t known_sizes() const;
 
  private:
+  const size_t max_known_sizes_;
   mutable Mutex mu_;
   std::unordered_map<ChunkHash, int, ChunkHashHasher> pins_ GUARDED_BY(mu_);
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> known_sizes_ GUARDED_BY(mu_);

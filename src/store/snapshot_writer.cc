@@ -92,7 +92,7 @@ SnapshotWriterImpl::SnapshotWriterImpl(ChunkSink* store, int64_t step, SnapshotO
 SnapshotWriterImpl::~SnapshotWriterImpl() {
   std::vector<ChunkHash> pinned;
   pinned.reserve(seen_.size());
-  for (const auto& [hash, size] : seen_) pinned.push_back(hash);
+  for (const auto& [hash, seen] : seen_) pinned.push_back(hash);
   store_->registry().Unpin(pinned);
   store_->registry().ReleaseInFlight(in_flight_held_);
   store_->ReleaseWriterFloor(pack_floor_);
@@ -112,8 +112,8 @@ Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
   bool first_use = false;
   {
     MutexLock lock(&mu_);
-    auto [it, inserted] = seen_.try_emplace(hash, 0);
-    if (!inserted && it->second != 0) return true;
+    auto [it, inserted] = seen_.try_emplace(hash);
+    if (!inserted && it->second.stored_bytes != 0) return true;
     first_use = inserted;
   }
   std::optional<uint64_t> stored = first_use ? store_->registry().PinAndLookup(hash) : std::optional<uint64_t>();
@@ -122,7 +122,7 @@ Result<bool> SnapshotWriterImpl::PinExisting(const ChunkHash& hash) {
   }
   if (!stored) return false;
   MutexLock lock(&mu_);
-  uint64_t& known = seen_[hash];
+  uint64_t& known = seen_[hash].stored_bytes;
   if (known == 0) known = *stored;
   return true;
 }
@@ -140,9 +140,9 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   bool first_use = false;
   {
     MutexLock lock(&mu_);
-    auto [it, inserted] = seen_.try_emplace(ref->hash, 0);
-    if (!inserted && it->second != 0) {
-      ref->stored_bytes = it->second;
+    auto [it, inserted] = seen_.try_emplace(ref->hash);
+    if (!inserted && it->second.stored_bytes != 0) {
+      ref->stored_bytes = it->second.stored_bytes;
       return Status::OK();
     }
     first_use = inserted;
@@ -227,11 +227,14 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
   }
   ref->stored_bytes = *stored;
   MutexLock lock(&mu_);
-  uint64_t& known = seen_[ref->hash];
-  if (known == 0) known = *stored;
+  SeenChunk& seen = seen_[ref->hash];
+  if (seen.stored_bytes == 0) seen.stored_bytes = *stored;
   // Its index entry goes into this snapshot's commit (once, when two
   // threads of this writer met the same chunk).
-  if (to_index && new_hashes_.insert(ref->hash).second) new_chunk_entries_.push_back(std::move(*to_index));
+  if (to_index && !seen.indexed) {
+    seen.indexed = true;
+    new_chunk_entries_.push_back(std::move(*to_index));
+  }
   // Counted by the writer whose copy is indexed.
   if (appended) {
     if (metadata) {

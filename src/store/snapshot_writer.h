@@ -6,7 +6,6 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -81,8 +80,15 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // ordered map's inserts grew faster than the count (issue 18: linear
   // scaling).
   std::unordered_map<RecordKey, TensorRecord, RecordKeyHash> records_ GUARDED_BY(mu_);
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seen_ GUARDED_BY(mu_);  // hash -> stored bytes, pinned
-  std::unordered_set<ChunkHash, ChunkHashHasher> new_hashes_ GUARDED_BY(mu_);  // indexed by this writer's commit
+  // Every chunk this writer pinned: its stored bytes (0 until known) and
+  // whether this writer's commit indexes it (its entry is then in
+  // new_chunk_entries_). One table, not two: a node per chunk fewer to
+  // allocate and free (issue 18: linear scaling).
+  struct SeenChunk {
+    uint64_t stored_bytes = 0;
+    bool indexed = false;
+  };
+  std::unordered_map<ChunkHash, SeenChunk, ChunkHashHasher> seen_ GUARDED_BY(mu_);
   std::vector<NewChunk> new_chunk_entries_ GUARDED_BY(mu_);  // their pack places
   std::vector<ChunkHash> in_flight_held_ GUARDED_BY(mu_);  // references on in-flight chunks (ChunkRegistry)
   // Published on commit.

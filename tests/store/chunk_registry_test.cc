@@ -48,6 +48,26 @@ TEST(ChunkRegistryTest, FailedEraseKeepsSizes) {
   EXPECT_EQ(r.PinAndLookup(H(5)), std::optional<uint64_t>(7));
 }
 
+// The known sizes are bounded: past the bound the table starts afresh, so
+// a size noted before is forgotten (asked of RocksDB again) and the newest
+// is known; pins are not affected.
+TEST(ChunkRegistryTest, KnownSizesAreBoundedAndStartAfreshPastTheBound) {
+  ChunkRegistry r(/*max_known_sizes=*/3);
+  r.NoteStored(H(1), 10);
+  r.NoteStored(H(2), 20);
+  r.NoteStored(H(3), 30);
+  r.NoteStored(H(3), 31);  // an update is not a new entry
+  EXPECT_EQ(r.known_sizes(), 3u);
+  EXPECT_EQ(r.PinAndLookup(H(3)), std::optional<uint64_t>(31));
+  r.NoteStored(H(4), 40);
+  EXPECT_EQ(r.known_sizes(), 1u);
+  EXPECT_FALSE(r.PinAndLookup(H(1)).has_value());
+  EXPECT_EQ(r.PinAndLookup(H(4)), std::optional<uint64_t>(40));
+  EXPECT_EQ(r.pinned(), 3u);  // H(3), H(1), H(4)
+  EXPECT_EQ(ChunkRegistry().known_sizes(), 0u);
+  EXPECT_EQ(ChunkRegistry::kDefaultMaxKnownSizes, size_t{1} << 20);
+}
+
 InFlightChunk Flight(uint8_t hash, uint32_t pack, uint64_t offset, uint8_t depth) {
   InFlightChunk c;
   c.chunk.hash = H(hash);
