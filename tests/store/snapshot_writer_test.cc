@@ -243,7 +243,9 @@ TEST(SnapshotWriterDeltaTest, KeyframeReferenceDeltasAreOneLevelAgainstTheLastKe
       EXPECT_EQ(header->delta_depth, 1) << "step " << i + 1;
       EXPECT_EQ(header->base, hashes[keyframe_index][c]) << "step " << i + 1 << " chunk " << c;
     }
-    if (!keyframe) EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 8) << new_bytes[i] << " vs " << new_bytes[0];
+    if (!keyframe) {
+      EXPECT_LT(new_bytes[i] * 10, new_bytes[0] * 8) << new_bytes[i] << " vs " << new_bytes[0];
+    }
   }
 }
 
