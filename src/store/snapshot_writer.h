@@ -80,8 +80,10 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // The nodes of the two tables below, freed all at once with the writer:
   // freed one by one, their free() and glibc's merging of the freed chunks
   // grew faster than the count, to a twentieth of a 50,000-parameter
-  // commit (issue 18: linear scaling). Declared first: destroyed last.
-  std::pmr::monotonic_buffer_resource arena_;  // used through the tables only, under mu_
+  // commit (issue 18: linear scaling). A node erased (a failed AddTensor)
+  // keeps its bytes until then. Declared before the tables: destroyed
+  // after them. Used through the tables only, under mu_.
+  std::pmr::monotonic_buffer_resource arena_;
   // Hashed, and put in key order once, by Commit: at 150,000 tensors an
   // ordered map's inserts grew faster than the count (issue 18: linear
   // scaling).
