@@ -34,7 +34,9 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
   // And so does one in the memtable, which holds the index entries of the
   // latest commits: without it each miss descended the skip list, a cache
   // miss per level, deeper the more entries a capture commits (issue 18:
-  // linear scaling). 2 % of the write buffer: about 20 bits per entry.
+  // linear scaling). 2 % of the write buffer: an index entry takes about
+  // 65 bytes of it (16-byte key, 28-byte value, RocksDB's framing and skip
+  // list node), so about 10 filter bits per entry.
   chunks.memtable_prefix_bloom_size_ratio = 0.02;
   chunks.memtable_whole_key_filtering = true;
   return {
