@@ -22,6 +22,9 @@ constexpr size_t kSlabAlignment = 64;
 // What a piece of `bytes` takes of a slab: `bytes` rounded up to a whole
 // kSlabAlignment.
 constexpr size_t SlabPieceBytes(size_t bytes) { return (bytes + kSlabAlignment - 1) / kSlabAlignment * kSlabAlignment; }
+// Every small tensor fits a fresh slab: SlabChain::CutBytes, which makes no
+// tensor that could bounds-check the piece, relies on it.
+static_assert(SlabPieceBytes(kSmallTensorBytes) <= kSlabBytes);
 
 // A contiguous tensor of `sizes`/`dtype` cut from the uint8 buffer `slab` at
 // offset `*used` (a multiple of kSlabAlignment), which then moves past it,
