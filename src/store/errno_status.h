@@ -11,12 +11,10 @@
 
 namespace trainsnap::internal {
 
-inline Status ErrnoStatus(const std::string &what, const std::string &path,
-                          int error = errno) {
+inline Status ErrnoStatus(const std::string& what, const std::string& path, int error = errno) {
   std::string msg = what + " " + path + ": " + std::strerror(error);
-  if (error == ENOSPC)
-    return Status::NoSpace(std::move(msg));
+  if (error == ENOSPC) return Status::NoSpace(std::move(msg));
   return Status::IOError(std::move(msg));
 }
 
-} // namespace trainsnap::internal
+}  // namespace trainsnap::internal

@@ -8,4 +8,4 @@ namespace trainsnap::internal {
 // The reserve file (StoreOptions::reserve_bytes).
 inline constexpr char kReserveFile[] = "SPACE_RESERVE";
 
-} // namespace trainsnap::internal
+}  // namespace trainsnap::internal

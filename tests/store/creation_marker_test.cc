@@ -24,12 +24,11 @@ using internal::CreationState;
 using internal::InspectCreation;
 using internal::kCreationMarker;
 
-void Touch(const fs::path &path) { std::ofstream(path) << "x"; }
+void Touch(const fs::path& path) { std::ofstream(path) << "x"; }
 
-std::set<std::string> Names(const fs::path &dir) {
+std::set<std::string> Names(const fs::path& dir) {
   std::set<std::string> names;
-  for (const auto &e : fs::directory_iterator(dir))
-    names.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
   return names;
 }
 
@@ -47,8 +46,7 @@ TEST(CreationMarkerTest, HeldRunningThenInterruptedThenFinished) {
     EXPECT_EQ(*running, CreationState::kRunning);
     // A second creator (another open file description: flock conflicts
     // also within one process) is told to wait.
-    EXPECT_STATUS(CreationMarker::Acquire(dir.path()), StatusCode::kBusy,
-                  "is being created by another process");
+    EXPECT_STATUS(CreationMarker::Acquire(dir.path()), StatusCode::kBusy, "is being created by another process");
   }
   // Released without Finish: a crash's leftover.
   auto interrupted = InspectCreation(dir.path());
@@ -63,16 +61,13 @@ TEST(CreationMarkerTest, HeldRunningThenInterruptedThenFinished) {
   EXPECT_EQ(*finished, CreationState::kNone);
 }
 
-TEST(CreationMarkerTest,
-     ClearLeftoversRemovesWhatACreationWritesAndNothingElse) {
+TEST(CreationMarkerTest, ClearLeftoversRemovesWhatACreationWritesAndNothingElse) {
   TempDir dir;
   auto marker = CreationMarker::Acquire(dir.path());
   ASSERT_OK(marker);
-  for (const char *name :
-       {"CURRENT", "IDENTITY", "LOCK", "LOG", "LOG.old.1700000000",
-        "MANIFEST-000005", "OPTIONS-000007", "000004.log", "000009.sst",
-        "000010.blob", "000001.dbtmp", internal::CommitLog::kFileName,
-        "SPACE_RESERVE"}) {
+  for (const char* name :
+       {"CURRENT", "IDENTITY", "LOCK", "LOG", "LOG.old.1700000000", "MANIFEST-000005", "OPTIONS-000007", "000004.log",
+        "000009.sst", "000010.blob", "000001.dbtmp", internal::CommitLog::kFileName, "SPACE_RESERVE"}) {
     Touch(dir.Sub(name));
   }
   fs::create_directory(dir.Sub("packs"));
@@ -80,7 +75,7 @@ TEST(CreationMarkerTest,
   Touch(dir.Sub("packs/pack-0000000a.pack"));
   size_t removed = 0;
   ASSERT_OK((*marker)->ClearLeftovers(&removed));
-  EXPECT_EQ(removed, 13u + 2u + 1u); // the files, the two packs, packs/ itself
+  EXPECT_EQ(removed, 13u + 2u + 1u);  // the files, the two packs, packs/ itself
   EXPECT_EQ(Names(dir.path()), std::set<std::string>({kCreationMarker}));
 
   // A name no creation writes: somebody's data. Nothing is removed.
@@ -88,17 +83,13 @@ TEST(CreationMarkerTest,
   Touch(dir.Sub("notes.txt"));
   fs::create_directory(dir.Sub("packs"));
   Touch(dir.Sub("packs/pack-00000001.pack"));
-  EXPECT_STATUS(
-      (*marker)->ClearLeftovers(&removed), StatusCode::kNotSupported,
-      "also holds `notes.txt`, which no creation writes: nothing was removed");
-  EXPECT_EQ(Names(dir.path()),
-            std::set<std::string>(
-                {kCreationMarker, "CURRENT", "notes.txt", "packs"}));
+  EXPECT_STATUS((*marker)->ClearLeftovers(&removed), StatusCode::kNotSupported,
+                "also holds `notes.txt`, which no creation writes: nothing was removed");
+  EXPECT_EQ(Names(dir.path()), std::set<std::string>({kCreationMarker, "CURRENT", "notes.txt", "packs"}));
   EXPECT_TRUE(fs::exists(dir.Sub("packs/pack-00000001.pack")));
   fs::remove(dir.Sub("notes.txt"));
   Touch(dir.Sub("packs/mine.bin"));
-  EXPECT_STATUS((*marker)->ClearLeftovers(&removed), StatusCode::kNotSupported,
-                "`packs/mine.bin`");
+  EXPECT_STATUS((*marker)->ClearLeftovers(&removed), StatusCode::kNotSupported, "`packs/mine.bin`");
   EXPECT_TRUE(fs::exists(dir.Sub("CURRENT")));
 }
 
@@ -120,21 +111,17 @@ TEST(StoreCreationTest, AnInterruptedCreationIsFinishedByTheNextWritableOpen) {
     Touch(path + "/LOCK");
     Touch(path + "/IDENTITY");
   }
-  EXPECT_STATUS(Store::OpenReadOnly(path), StatusCode::kNotFound,
-                "store creation was interrupted");
+  EXPECT_STATUS(Store::OpenReadOnly(path), StatusCode::kNotFound, "store creation was interrupted");
   StoreOptions no_create = SmallChunks();
   no_create.create_if_missing = false;
   EXPECT_STATUS(Store::Open(path, no_create), StatusCode::kNotFound,
                 "(create_if_missing is false): store creation was interrupted");
-  EXPECT_TRUE(
-      fs::exists(path + "/MANIFEST-000001")); // refused opens change nothing
+  EXPECT_TRUE(fs::exists(path + "/MANIFEST-000001"));  // refused opens change nothing
 
   auto store = Store::Open(path, SmallChunks());
   ASSERT_OK(store);
   ASSERT_EQ((*store)->open_notes().size(), 1u);
-  EXPECT_NE(
-      (*store)->open_notes()[0].find("store creation had been interrupted"),
-      std::string::npos)
+  EXPECT_NE((*store)->open_notes()[0].find("store creation had been interrupted"), std::string::npos)
       << (*store)->open_notes()[0];
   EXPECT_FALSE(fs::exists(path + "/" + kCreationMarker));
   auto a = RandomFloats(3000, 1);
@@ -156,10 +143,8 @@ TEST(StoreCreationTest, OpensWaitForACreationInProgress) {
   auto marker = CreationMarker::Acquire(path);
   ASSERT_OK(marker);
   Touch(path + "/LOCK");
-  EXPECT_STATUS(Store::Open(path, SmallChunks()), StatusCode::kBusy,
-                "is being created by another process");
-  EXPECT_STATUS(Store::OpenReadOnly(path), StatusCode::kBusy,
-                "being created by another process");
+  EXPECT_STATUS(Store::Open(path, SmallChunks()), StatusCode::kBusy, "is being created by another process");
+  EXPECT_STATUS(Store::OpenReadOnly(path), StatusCode::kBusy, "being created by another process");
   EXPECT_EQ(Names(path), std::set<std::string>({kCreationMarker, "LOCK"}));
 }
 
@@ -173,5 +158,5 @@ TEST(StoreCreationTest, AFreshStoreHasNoMarkerAndNoNote) {
   EXPECT_FALSE(fs::exists(path + "/" + kCreationMarker));
 }
 
-} // namespace
-} // namespace trainsnap::testing
+}  // namespace
+}  // namespace trainsnap::testing

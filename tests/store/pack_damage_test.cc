@@ -10,16 +10,16 @@ namespace trainsnap::internal {
 namespace {
 
 TEST(PackDamageTest, MissingAndShortPacksAreFoundAndDescribed) {
-  const std::vector<PackDamage> damage = FindPackDamage(
-      {{1, 100}, {2, 200}, {3, 300}}, {{1, 100}, {2, 150}, {4, 10}});
+  const std::vector<PackDamage> damage = FindPackDamage({{1, 100}, {2, 200}, {3, 300}}, {{1, 100}, {2, 150}, {4, 10}});
   ASSERT_EQ(damage.size(), 2u);
   EXPECT_EQ(damage[0], (PackDamage{2, 150, 200}));
   EXPECT_EQ(damage[1], (PackDamage{3, std::nullopt, 300}));
-  EXPECT_EQ(damage[0].Describe(), "packs/pack-00000002.pack has 150 bytes, the "
-                                  "chunk index places chunks up to byte 200");
+  EXPECT_EQ(damage[0].Describe(),
+            "packs/pack-00000002.pack has 150 bytes, the "
+            "chunk index places chunks up to byte 200");
   EXPECT_EQ(damage[1].Describe(), "packs/pack-00000003.pack is missing");
-  PackEntry before{2, 100, 50, 34, true}; // ends at 150: still whole
-  PackEntry across{2, 140, 20, 4, true};  // ends at 160: cut
+  PackEntry before{2, 100, 50, 34, true};  // ends at 150: still whole
+  PackEntry across{2, 140, 20, 4, true};   // ends at 160: cut
   PackEntry other{1, 8, 500, 484, true};
   EXPECT_FALSE(damage[0].Covers(before));
   EXPECT_TRUE(damage[0].Covers(across));
@@ -28,5 +28,5 @@ TEST(PackDamageTest, MissingAndShortPacksAreFoundAndDescribed) {
   EXPECT_TRUE(FindPackDamage({{1, 100}}, {{1, 100}}).empty());
 }
 
-} // namespace
-} // namespace trainsnap::internal
+}  // namespace
+}  // namespace trainsnap::internal

@@ -26,7 +26,7 @@ StoreOptions RawChunks() {
   return o;
 }
 
-std::string Pack(const std::string &store, uint32_t pack) {
+std::string Pack(const std::string& store, uint32_t pack) {
   return store + "/" + internal::kPackDir + "/" + internal::PackFileName(pack);
 }
 
@@ -57,19 +57,17 @@ TEST(DamagedPackTest, ACaptureAfterAPackVanishedWritesTheLostChunksAgain) {
     ASSERT_EQ(gc->damaged_packs.size(), 1u);
     // 8-byte pack header, then five raw chunks (16-byte header each) of
     // 12000 + 8192 bytes.
-    EXPECT_EQ(gc->damaged_packs[0],
-              emptied ? "packs/pack-00000001.pack has 0 bytes, the chunk index "
-                        "places chunks "
-                        "up to byte 20280"
-                      : "packs/pack-00000001.pack is missing");
+    EXPECT_EQ(gc->damaged_packs[0], emptied ? "packs/pack-00000001.pack has 0 bytes, the chunk index "
+                                              "places chunks "
+                                              "up to byte 20280"
+                                            : "packs/pack-00000001.pack is missing");
     EXPECT_EQ(gc->damaged_steps, std::vector<int64_t>{1});
     // A reused record is refused (a capture then writes the tensor again).
-    EXPECT_STATUS((*store)->Tensor(1, 1, "param"), StatusCode::kCorruption,
-                  "is damaged");
+    EXPECT_STATUS((*store)->Tensor(1, 1, "param"), StatusCode::kCorruption, "is damaged");
     auto info = WriteSnapshot(**store, 2, {{1, &a}, {2, &b}});
     ASSERT_OK(info);
-    EXPECT_EQ(info->new_chunks, 3u + 2u); // 12000 and 8192 bytes in 4 KiB
-                                          // chunks: every one written again
+    EXPECT_EQ(info->new_chunks, 3u + 2u);  // 12000 and 8192 bytes in 4 KiB
+                                           // chunks: every one written again
     EXPECT_EQ(ReadFloats(**store, 2, 1), a);
     EXPECT_EQ(ReadFloats(**store, 2, 2), b);
     // Step 1 references the same hashes: the new copies serve it too.
@@ -95,7 +93,7 @@ TEST(DamagedPackTest, AWriterToldByVerifyStopsDeduplicatingOntoTheLostChunks) {
   ASSERT_OK(WriteSnapshot(**store, 1, {{1, &a}}));
   auto unchanged = WriteSnapshot(**store, 2, {{1, &a}});
   ASSERT_OK(unchanged);
-  EXPECT_EQ(unchanged->new_chunks, 0u); // deduplicated while the pack is whole
+  EXPECT_EQ(unchanged->new_chunks, 0u);  // deduplicated while the pack is whole
   fs::remove(Pack(path, 1));
   auto verify = (*store)->Verify();
   ASSERT_OK(verify);
@@ -103,8 +101,7 @@ TEST(DamagedPackTest, AWriterToldByVerifyStopsDeduplicatingOntoTheLostChunks) {
   auto again = WriteSnapshot(**store, 3, {{1, &a}});
   ASSERT_OK(again);
   EXPECT_EQ(again->new_chunks, 3u);
-  for (int64_t step : {1, 2, 3})
-    EXPECT_EQ(ReadFloats(**store, step, 1), a) << "step " << step;
+  for (int64_t step : {1, 2, 3}) EXPECT_EQ(ReadFloats(**store, step, 1), a) << "step " << step;
   auto clean = (*store)->Verify();
   ASSERT_OK(clean);
   EXPECT_TRUE(clean->ok());
@@ -118,13 +115,11 @@ TEST(DamagedPackTest, ATruncatedPackNoLongerBlocksGarbageCollection) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   std::vector<std::vector<float>> own;
-  for (int i = 0; i < 5; ++i)
-    own.push_back(RandomFloats(1024, 10 + i)); // one 4 KiB chunk each
+  for (int i = 0; i < 5; ++i) own.push_back(RandomFloats(1024, 10 + i));  // one 4 KiB chunk each
   {
     auto store = Store::Open(path, RawChunks());
     ASSERT_OK(store);
-    for (int i = 0; i < 5; ++i)
-      ASSERT_OK(WriteSnapshot(**store, i + 1, {{1, &own[i]}}));
+    for (int i = 0; i < 5; ++i) ASSERT_OK(WriteSnapshot(**store, i + 1, {{1, &own[i]}}));
   }
   // Packs: 8-byte header, then one 16 + 4096-byte raw chunk per step. Cut
   // step 1's chunk in half: step 1 is damaged, steps 2..5 are lost whole.
@@ -133,21 +128,19 @@ TEST(DamagedPackTest, ATruncatedPackNoLongerBlocksGarbageCollection) {
   fs::resize_file(Pack(path, 1), 8 + chunk / 2);
   auto store = Store::Open(path, RawChunks());
   ASSERT_OK(store);
-  for (int64_t step = 2; step <= 5; ++step)
-    ASSERT_OK((*store)->Delete(step));
+  for (int64_t step = 2; step <= 5; ++step) ASSERT_OK((*store)->Delete(step));
   for (int round = 0; round < 2; ++round) {
     auto gc = (*store)->CollectGarbage();
     ASSERT_OK(gc);
-    EXPECT_EQ(gc->damaged_packs, std::vector<std::string>{
-                                     "packs/pack-00000001.pack has 2064 bytes, "
-                                     "the chunk index places chunks up "
-                                     "to byte 4120"});
+    EXPECT_EQ(gc->damaged_packs, std::vector<std::string>{"packs/pack-00000001.pack has 2064 bytes, "
+                                                          "the chunk index places chunks up "
+                                                          "to byte 4120"});
     EXPECT_EQ(gc->damaged_steps, std::vector<int64_t>{1});
     if (round == 0) {
       EXPECT_EQ(gc->chunks_deleted, 4u);
     }
   }
-  EXPECT_EQ(fs::file_size(Pack(path, 1)), 8 + chunk / 2); // left as it is
+  EXPECT_EQ(fs::file_size(Pack(path, 1)), 8 + chunk / 2);  // left as it is
   auto record = (*store)->Tensor(1, 1, "param");
   EXPECT_STATUS(record, StatusCode::kCorruption, "is damaged");
   // Capturing step 1's tensor again repairs step 1.
@@ -158,5 +151,5 @@ TEST(DamagedPackTest, ATruncatedPackNoLongerBlocksGarbageCollection) {
   EXPECT_TRUE(gc->damaged_steps.empty());
 }
 
-} // namespace
-} // namespace trainsnap::testing
+}  // namespace
+}  // namespace trainsnap::testing
