@@ -2,6 +2,7 @@
 a restart, DataLoader workers prefetching ahead included."""
 
 import sys
+import weakref
 
 import torch
 from torch.utils.data import BatchSampler, Sampler
@@ -47,18 +48,57 @@ def _uint64(value, what):
 
 def _loader_iterator():
     """The DataLoader iterator that is drawing from the sampler being
-    iterated now, found on the call stack (DataLoader calls iter() on its
-    sampler from its iterator's methods, in the main process), or None when
-    the sampler is iterated directly."""
-    frame = sys._getframe(2)
-    for _ in range(8):
+    iterated now, found on the call stack (DataLoader advances its sampler
+    from its iterator's methods, in the main process), and whether that
+    happens inside its _next_data() (a batch being made for the loop, which
+    is counted once returned), or (None, False) when the sampler is
+    iterated directly."""
+    frame = sys._getframe(1)
+    for _ in range(10):
         if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _BaseDataLoaderIter):
-            return candidate
+            return None, False
+        loader = frame.f_locals.get("self")
+        if isinstance(loader, _BaseDataLoaderIter):
+            break
         frame = frame.f_back
-    return None
+    else:
+        return None, False
+    # The iterator's own calls above: _next_data -> _next_index, or __init__ -> _reset.
+    while frame is not None and frame.f_locals.get("self") is loader:
+        if frame.f_code.co_name == "_next_data":
+            return loader, True
+        frame = frame.f_back
+    return loader, False
+
+
+class _Batches:
+    """Batches a DataLoader iterator has handed to the training loop."""
+
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+
+def _count_batches(loader, in_next_data):
+    """Counts the batches `loader` (a DataLoader iterator) hands out from
+    now on, and the one its _next_data() is making now if `in_next_data`:
+    its __next__ returns what _next_data() returned, so an instance
+    attribute wraps that method. The count lives apart from the iterator
+    (it outlives a loop that breaks out early), and the wrapper holds the
+    iterator weakly (no reference cycle keeps its workers alive)."""
+    batches = _Batches()
+    batches.count = 1 if in_next_data else 0
+    method = type(loader)._next_data
+    loader_ref = weakref.ref(loader)
+
+    def _next_data():
+        data = method(loader_ref())
+        batches.count += 1
+        return data
+
+    loader._next_data = _next_data
+    return batches
 
 
 class ResumableSampler(Sampler):
@@ -72,9 +112,9 @@ class ResumableSampler(Sampler):
     position: the samples the training loop has consumed in the epoch, over
     all ranks. "Consumed" is what the loop took from the DataLoader, not
     what the DataLoader's workers prefetched: while a DataLoader draws from
-    it, the sampler reads how many batches that DataLoader has handed to the
-    loop. So a restore resumes at the exact next sample, with any
-    num_workers and prefetch_factor.
+    it, the sampler counts the batches that DataLoader hands to the loop.
+    So a restore resumes at the exact next sample, with any num_workers and
+    prefetch_factor.
 
     Each iter() starts the next epoch, or, after a load_state_dict() or
     set_epoch(), that epoch at its position (a fully consumed epoch resumes
@@ -118,7 +158,7 @@ class ResumableSampler(Sampler):
         self._generation = 0  # iterations started: an older generator stops
         self._count = 0  # indices this rank yields in the current iteration
         self._yielded = 0
-        self._loader = None  # (the DataLoader iterator drawing from this iteration, samples per item)
+        self._loader = None  # (batches the DataLoader drawing from this iteration handed out, samples per batch, workers)
 
     @property
     def epoch(self):
@@ -149,6 +189,12 @@ class ResumableSampler(Sampler):
         return self._count
 
     def __iter__(self):
+        # The epoch starts at the first next(), not here: a DataLoader
+        # iterator calls iter() on its sampler more than once and advances
+        # only the last iterator it got.
+        return self._generate()
+
+    def _begin(self):
         if not self._pending:
             self._epoch, self._position = self._epoch + 1, 0
         self._pending = False
@@ -157,7 +203,7 @@ class ResumableSampler(Sampler):
         self._count = (self._size - self._position) // self._world
         self._yielded = 0
         self._loader = None
-        loader = _loader_iterator()
+        loader, in_next_data = _loader_iterator()
         if loader is not None:
             index_sampler = loader._index_sampler
             if index_sampler is self:
@@ -166,13 +212,16 @@ class ResumableSampler(Sampler):
                 per_item = index_sampler.batch_size
             else:
                 per_item = None  # a batch sampler of unknown batch sizes
-            self._loader = (loader, per_item)
+            # Items the iterator handed out before this iteration (a
+            # persistent-workers iterator restarting) are not this epoch's.
+            self._loader = (_count_batches(loader, in_next_data), per_item, loader._num_workers)
         order = epoch_order(self._size, self._seed, self._epoch, self._shuffle)
         first = self._position + self._rank
-        indices = order[first:first + self._count * self._world:self._world].tolist()
-        return self._generate(indices, self._generation)
+        return order[first:first + self._count * self._world:self._world].tolist()
 
-    def _generate(self, indices, generation):
+    def _generate(self):
+        indices = self._begin()
+        generation = self._generation
         for index in indices:
             if generation != self._generation:
                 return  # a newer iteration (or a load) took over
@@ -187,10 +236,10 @@ class ResumableSampler(Sampler):
             return 0
         if self._loader is None:
             return self._yielded  # iterated directly: what was handed out was taken
-        loader, per_item = self._loader
+        batches, per_item, workers = self._loader
         if per_item is not None:
-            return min(loader._num_yielded * per_item, self._count)
-        if loader._num_workers == 0:
+            return min(batches.count * per_item, self._count)
+        if workers == 0:
             return self._yielded  # fetched on demand: nothing ahead of the loop
         raise NotSupported("ResumableSampler: a DataLoader with workers draws from it through a custom "
                            "batch_sampler, whose batch sizes it cannot know; use sampler= and batch_size=")
