@@ -237,8 +237,8 @@ class OptimizerAdapter:
 
     A ZeroRedundancyOptimizer holds this rank's shard in its local optimizer
     (`.optim`): that is what is saved and loaded (its state_dict() would be a
-    collective), with the groups' options of the ZeRO optimizer itself, which
-    a scheduler sets."""
+    collective), and the options of the ZeRO optimizer's own groups (which a
+    scheduler sets, and step() copies to the local ones) besides."""
 
     def __init__(self, kind, optimizer, names, restore_options=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -273,14 +273,17 @@ class OptimizerAdapter:
         order = [name for names in groups for name in names]
         sd = self.local.state_dict()  # state keyed by index in `order`
         state = {order[index]: value for index, value in sd["state"].items()}
-        options = self.optimizer.param_groups if self.zero else sd["param_groups"]
         param_groups = []
-        for names, group in zip(groups, options):
-            group = {k: v for k, v in group.items() if k != "params"}
+        for names, group in zip(groups, sd["param_groups"]):
+            group = dict(group)
             group["params"] = names
             param_groups.append(group)
+        saved = {"state": state, "param_groups": param_groups}
+        if self.zero:
+            saved["zero_param_groups"] = [{k: v for k, v in g.items() if k != "params"}
+                                          for g in self.optimizer.param_groups]
         tensors = {}
-        payload = _dump({"state": state, "param_groups": param_groups}, tensors)
+        payload = _dump(saved, tensors)
         return self._type(), payload, tensors
 
     def load(self, stored_type, payload, tensors):
@@ -304,18 +307,19 @@ class OptimizerAdapter:
         unknown = [name for name in stored["state"] if name not in index]
         if unknown:
             raise _trainsnap.ContractMismatch(f"state of `{unknown[0]}`, which no param group holds")
-        live_groups = self.optimizer.param_groups if self.zero else self.local.param_groups
+        zero_groups = stored.get("zero_param_groups") if self.zero else None
+        if self.zero and (zero_groups is None or len(zero_groups) != len(self.optimizer.param_groups)):
+            raise _trainsnap.Corruption("a ZeroRedundancyOptimizer's state without the options of each of its groups")
         param_groups = []
-        for saved, live in zip(stored_groups, live_groups):
+        for saved, live in zip(stored_groups, self.local.param_groups):
             group = dict(saved) if self.restore_options else {k: v for k, v in live.items() if k != "params"}
             group["params"] = [index[name] for name in saved["params"]]
             param_groups.append(group)
         state = {index[name]: value for name, value in stored["state"].items()}
         self.local.load_state_dict({"state": state, "param_groups": param_groups})
-        if self.zero:
-            # The ZeRO optimizer's groups are the ones a scheduler and step() read.
-            for live, group in zip(self.optimizer.param_groups, param_groups):
-                live.update({k: v for k, v in group.items() if k != "params"})
+        if self.zero and self.restore_options:
+            for live, options in zip(self.optimizer.param_groups, zero_groups):
+                live.update(options)
 
 
 class PythonRngAdapter:
