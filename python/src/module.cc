@@ -765,9 +765,9 @@ PYBIND11_MODULE(_trainsnap, m) {
   py::class_<PyCheckpointer>(m, "_Checkpointer")
       .def(py::init([](std::shared_ptr<PyStore> store, const std::string& model_state, const std::string& gradients,
                        const std::string& base_label, bool hash_base_content, int max_captures_in_flight) {
-             return std::make_unique<PyCheckpointer>(
-                 std::move(store),
-                 MakeCheckpointerOptions(model_state, gradients, base_label, hash_base_content, max_captures_in_flight));
+             return std::make_unique<PyCheckpointer>(std::move(store),
+                                                     MakeCheckpointerOptions(model_state, gradients, base_label,
+                                                                             hash_base_content, max_captures_in_flight));
            }))
       .def("close", &PyCheckpointer::Close)
       .def("capture_async", &PyCheckpointer::CaptureAsync, py::arg("step"), py::arg("models"), py::arg("adapters"),

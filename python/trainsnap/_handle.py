@@ -4,6 +4,7 @@ and the bookkeeping that reports each capture error exactly once."""
 import concurrent.futures
 import queue
 import threading
+import weakref
 
 
 class CaptureHandle(concurrent.futures.Future):
@@ -109,6 +110,8 @@ class Handles:
             self._thread = threading.Thread(target=self._watch, args=(self._queue,), name="trainsnap-captures",
                                             daemon=True)
             self._thread.start()
+            # A checkpointer dropped without close() ends its watcher too.
+            weakref.finalize(self, self._queue.put, None)
         self._queue.put(handle)
         return handle
 

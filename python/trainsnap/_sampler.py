@@ -158,7 +158,8 @@ class ResumableSampler(Sampler):
         self._generation = 0  # iterations started: an older generator stops
         self._count = 0  # indices this rank yields in the current iteration
         self._yielded = 0
-        self._loader = None  # (batches the DataLoader drawing from this iteration handed out, samples per batch, workers)
+        # (batches the DataLoader drawing from this iteration handed out, samples per batch, its workers)
+        self._loader = None
 
     @property
     def epoch(self):

@@ -109,7 +109,8 @@ def _decode(value, tensors, path="", live=_NO_LIVE):
         if "__tensor__" in value:
             return tensors[value["__tensor__"]]
         if "__tuple__" in value:
-            return tuple(_decode(v, tensors, _join(path, i), _live_at(live, i)) for i, v in enumerate(value["__tuple__"]))
+            items = value["__tuple__"]
+            return tuple(_decode(v, tensors, _join(path, i), _live_at(live, i)) for i, v in enumerate(items))
         if "__float__" in value:
             return float(value["__float__"])
         if "__callable__" in value:

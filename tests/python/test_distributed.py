@@ -72,7 +72,7 @@ def test_zero_redundancy_optimizer_shards_restore_with_optimizer_replicated_fals
     results = run_ranks("zero", tmp_path)
     for checks in results:
         assert checks["restore_2"] == "" and checks["train_on_3"] == "" and checks["train_on_4"] == ""
-        assert checks["layout"] == ("ContractMismatch: rank 0: restore step 2: optimizer layout: step 2 was captured with a "
-                                    "sharded optimizer, DistributedOptions::optimizer_replicated is true")
+        assert checks["layout"] == ("ContractMismatch: rank 0: restore step 2: optimizer layout: step 2 was captured "
+                                    "with a sharded optimizer, DistributedOptions::optimizer_replicated is true")
     # Each rank's local optimizer holds the state of its own parameters only.
     assert [c["shard_sizes"][0] for c in results] != [4, 4] and sum(c["shard_sizes"][0] for c in results) == 4

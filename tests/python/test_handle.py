@@ -30,7 +30,8 @@ def test_a_handle_is_a_future_that_completes_when_the_snapshot_commits(tmp_path)
 
     # Callbacks: at once on this thread when done, else on another thread once done.
     calls = []
-    handles[0].add_done_callback(lambda f: calls.append((f.step, threading.current_thread() is threading.main_thread())))
+    on_main = threading.current_thread
+    handles[0].add_done_callback(lambda f: calls.append((f.step, on_main() is threading.main_thread())))
     assert calls == [(1, True)]
     fired = threading.Event()
     later = ckpt.capture_async(6, model=model, rng=False)

@@ -38,7 +38,8 @@ class Pair:
         self.sched_D.step()
 
     def as_dict(self):
-        return dict(model={"G": self.G, "D": self.D}, optimizer={"G": self.opt_G, "D": self.opt_D, "both": self.opt_both},
+        return dict(model={"G": self.G, "D": self.D},
+                    optimizer={"G": self.opt_G, "D": self.opt_D, "both": self.opt_both},
                     scheduler={"G": self.sched_G, "D": self.sched_D})
 
     def as_list(self):

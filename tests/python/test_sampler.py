@@ -74,7 +74,8 @@ def test_ranks_split_a_global_position_and_a_resize_repeats_and_skips_nothing():
     rest = [list(s) for s in resized]
     assert rest == [[order[12 + r + 2 * j] for j in range(5)] for r in range(2)]
     consumed = sum(taken, []) + sum(rest, [])
-    assert len(consumed) == len(set(consumed)) == 22 and sorted(consumed) == sorted(order[:22])  # the tail of 1: dropped
+    # Every sample but the tail of 1 (dropped), once.
+    assert len(consumed) == len(set(consumed)) == 22 and sorted(consumed) == sorted(order[:22])
     assert all(len(s) == n // 3 for s in (trainsnap.ResumableSampler(range(n), rank=r, world_size=3) for r in range(3)))
     # The next epoch after a resize: every rank starts at position 0 of epoch 1.
     assert [s.epoch for s in resized] == [0, 0] and resized[0].state_dict()["position"] == 22
