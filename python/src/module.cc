@@ -376,6 +376,17 @@ class Unreported {
   Status first_;
 };
 
+// After a failed capture: re-raises the interrupt an adapter raised during
+// it, if any (GIL held); the status it replaced stays in `unreported`.
+void ReraiseCaptureInterrupt(const Target& target, const Status& status, Unreported& unreported) {
+  for (const auto& adapter : target.adapters) {
+    if (adapter->interrupt().has_value()) {
+      unreported.Add(status);
+      throw *adapter->interrupt();
+    }
+  }
+}
+
 // The Python Checkpointer's reference to the C++ Checkpointer, which holds a
 // reference to the C++ Store (its deleter's): the Store dies after it. Calls
 // in flight hold references of their own (see Lease). Thread-safe.
@@ -428,7 +439,7 @@ class PyCheckpointer {
     Lease<Checkpointer> checkpointer = Use();
     Target target = MakeTarget(models, adapters, window, rng);
     Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer->CaptureAsync(step, target.state); });
-    if (!handle.ok()) Interrupted(target, handle.status());
+    if (!handle.ok()) ReraiseCaptureInterrupt(target, handle.status(), unreported_);
     Check(handle.status());
     return *handle;
   }
@@ -449,17 +460,6 @@ class PyCheckpointer {
   Status TakeUnreported() { return unreported_.Take(); }
 
  private:
-  // Re-raises an interrupt an adapter raised during the call; the status it
-  // replaced stays for the next flush.
-  void Interrupted(const Target& target, const Status& status) {
-    for (const auto& adapter : target.adapters) {
-      if (adapter->interrupt().has_value()) {
-        unreported_.Add(status);
-        throw *adapter->interrupt();
-      }
-    }
-  }
-
   const Owner owner_;
   const std::shared_ptr<PyStore> store_;
   std::mutex mu_;
@@ -556,14 +556,7 @@ class PyDistributed {
     DistributedCheckpointer& checkpointer = Use();
     Target target = MakeTarget(models, adapters, window, rng);
     Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer.CaptureAsync(step, target.state); });
-    if (!handle.ok()) {
-      for (const auto& adapter : target.adapters) {
-        if (adapter->interrupt().has_value()) {
-          unreported_.Add(handle.status());
-          throw *adapter->interrupt();
-        }
-      }
-    }
+    if (!handle.ok()) ReraiseCaptureInterrupt(target, handle.status(), unreported_);
     Check(handle.status());
     return *handle;
   }

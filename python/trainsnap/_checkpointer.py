@@ -3,7 +3,7 @@
 import os
 
 from ._args import step_arg
-from ._handle import Handles
+from ._handle import Handles, ReportsOnce
 from ._store import Store
 from ._targets import Parts
 from ._trainsnap import InvalidArgument, NotFound, _Checkpointer
@@ -14,7 +14,7 @@ def rng_arg(rng, partial):
     return (not partial) if rng is None else bool(rng)
 
 
-class Checkpointer:
+class Checkpointer(ReportsOnce):
     """Captures and restores the training state into a Store.
 
     model_state: "trainable" (parameters with requires_grad: LoRA adapters),
@@ -56,18 +56,6 @@ class Checkpointer:
     def capture(self, step, **state):
         """capture_async(step, ...).wait()."""
         self.capture_async(step, **state).wait()
-
-    def flush(self):
-        """Waits for the captures in flight; raises the first capture error
-        since the last flush that was not raised already (by capture_async,
-        or by a handle someone asked)."""
-        self._impl.flush()  # every error is a handle's or was raised by capture_async
-        unreported = self._impl.take_unreported()  # replaced by a KeyboardInterrupt, ...
-        error = self._handles.first_unasked_error()
-        if unreported is not None:
-            raise unreported
-        if error is not None:
-            raise error
 
     def restore(self, step, model=None, optimizer=None, scheduler=None, accumulation=None, extra=None, rng=None,
                 restore_gradients=True, allow_missing_buffers=False, discard_later=False,
@@ -116,23 +104,6 @@ class Checkpointer:
         self._impl.close()
         self._handles.stop()
         self.store._checkpointers.discard(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        """flush() then close(); with an exception in flight, close() only
-        and nothing raised here replaces it."""
-        try:
-            if exc_type is None:
-                self.flush()
-        finally:
-            try:
-                self.close()
-            except Exception:
-                if exc_type is None:
-                    raise
-        return False
 
 
 def _is_run_dir(path):

@@ -5,7 +5,7 @@ import datetime
 
 from ._args import step_arg
 from ._checkpointer import rng_arg
-from ._handle import Handles
+from ._handle import Handles, ReportsOnce
 from ._targets import Parts
 from ._trainsnap import InvalidArgument, NotSupported, _DistributedCheckpointer
 
@@ -41,7 +41,7 @@ def _gloo_group(group, timeout):
     return dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout))
 
 
-class DistributedCheckpointer:
+class DistributedCheckpointer(ReportsOnce):
     """One snapshot across every rank of a torch.distributed job (torchrun,
     DDP), committed globally: the C++ DistributedCheckpointer and its run
     directory (docs/distributed.md; the trainsnap CLI works on it).
@@ -110,17 +110,6 @@ class DistributedCheckpointer:
         """capture_async(step, ...).wait()."""
         self.capture_async(step, **state).wait()
 
-    def flush(self):
-        """Waits for the captures in flight; raises the first error not
-        raised already (as Checkpointer.flush)."""
-        self._impl.flush()
-        unreported = self._impl.take_unreported()
-        error = self._handles.first_unasked_error()
-        if unreported is not None:
-            raise unreported
-        if error is not None:
-            raise error
-
     def _restore(self, step, rollback, model, optimizer, scheduler, accumulation, extra, rng,
                  restore_optimizer_options, options):
         for name, value in options.items():
@@ -163,17 +152,3 @@ class DistributedCheckpointer:
         self._impl.close()
         self._handles.stop()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.flush()
-        finally:
-            try:
-                self.close()
-            except Exception:
-                if exc_type is None:
-                    raise
-        return False

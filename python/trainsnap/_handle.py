@@ -146,3 +146,38 @@ class Handles:
             self._thread = None
         for handle in self._open:
             handle._settle(block=False)
+
+
+class ReportsOnce:
+    """flush() and the context-manager protocol of a checkpointer whose
+    `_impl` (the C++ one) returns its flush error and takes the unreported
+    one, and whose `_handles` are its Handles."""
+
+    def flush(self):
+        """Waits for the captures in flight; raises the first capture error
+        since the last flush that was not raised already (by capture_async,
+        or by a handle someone asked)."""
+        self._impl.flush()  # every error is a handle's, or was raised by capture_async
+        unreported = self._impl.take_unreported()  # one a KeyboardInterrupt, ... replaced
+        error = self._handles.first_unasked_error()
+        if unreported is not None:
+            raise unreported
+        if error is not None:
+            raise error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """flush() then close(); with an exception in flight, close() only,
+        and nothing raised here replaces it."""
+        try:
+            if exc_type is None:
+                self.flush()
+        finally:
+            try:
+                self.close()
+            except Exception:
+                if exc_type is None:
+                    raise
+        return False
