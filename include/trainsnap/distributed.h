@@ -73,8 +73,9 @@ class DistributedCheckpointer {
   // the handle completes once the step committed GLOBALLY (or failed on
   // every rank with the same error: the lowest failing rank's, prefixed
   // "rank R: "). A staging error is returned here as well. Keys of
-  // state.extra must sort before "~trainsnap.rank", the rank agreement's own
-  // (every plain ASCII name does): InvalidArgument otherwise.
+  // state.extra and state.tensor_extra must sort before "~trainsnap.rank",
+  // the rank agreement's own (every plain ASCII name does): InvalidArgument
+  // otherwise.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);  // collective
   Status Capture(int64_t step, const TrainingState& state);                      // collective
   // Waits for every capture in flight; the first error since the last Flush.

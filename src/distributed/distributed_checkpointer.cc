@@ -29,10 +29,12 @@ namespace internal {
 
 namespace {
 
-// The key of the agreement's Stateful in every rank's TrainingState::extra.
-// A restore loads extras in key order, after validation and decoding and
-// before any tensor is written; this key sorts after every other ASCII key,
-// so the agreement runs once every extra of this rank accepted its bytes.
+// The key of the agreement's Stateful in every rank's TrainingState. A
+// restore loads every plain extra in key order, then every tensor_extra in
+// key order, after validation and decoding and before any tensor is written.
+// The agreement goes in `extra`, or in `tensor_extra` when the state has
+// tensor_extra; this key sorts after every other ASCII key, so either way
+// it runs once every extra of this rank accepted its bytes.
 constexpr char kRankKey[] = "~trainsnap.rank";
 
 // Kill points of the global commit (crash tests; src/store/kill_point.h).
@@ -53,22 +55,49 @@ std::vector<int64_t> StepsToDrop(const std::vector<int64_t>& steps, const Retent
   return drop;
 }
 
+// Both maps' keys must sort before kRankKey (see there).
 Status CheckExtraKeys(const TrainingState& state) {
-  // A restore loads every tensor_extra after every plain extra, so after the
-  // agreement: a refusal there would leave the other ranks applied.
-  if (!state.tensor_extra.empty()) {
-    return Status::NotSupported("extra state `" + state.tensor_extra.begin()->first +
-                                "`: DistributedCheckpointer does not take tensor_extra yet (its restore would load it "
-                                "after the ranks agreed)");
-  }
-  if (state.extra.count(kRankKey)) {
+  if (state.extra.count(kRankKey) || state.tensor_extra.count(kRankKey)) {
     return Status::InvalidArgument(std::string("extra state `") + kRankKey + "` is reserved for the rank agreement");
   }
-  if (!state.extra.empty() && state.extra.rbegin()->first > kRankKey) {
-    return Status::InvalidArgument("extra state `" + state.extra.rbegin()->first + "` sorts after `" + kRankKey +
-                                   "`: distributed extra keys must sort before it (plain ASCII names do)");
+  for (const std::string* last : {state.extra.empty() ? nullptr : &state.extra.rbegin()->first,
+                                  state.tensor_extra.empty() ? nullptr : &state.tensor_extra.rbegin()->first}) {
+    if (last != nullptr && *last > kRankKey) {
+      return Status::InvalidArgument("extra state `" + *last + "` sorts after `" + kRankKey +
+                                     "`: distributed extra keys must sort before it (plain ASCII names do)");
+    }
   }
   return Status::OK();
+}
+
+// A Stateful as a tensor_extra without tensors: the rank agreement's place
+// when the state has tensor_extra (see kRankKey).
+class StatefulAsTensorState final : public TensorStateful {
+ public:
+  explicit StatefulAsTensorState(Stateful& inner) : inner_(inner) {}
+  Status SaveState(TensorState* state) const override {
+    *state = TensorState();
+    state->type = "trainsnap.rank";
+    state->bytes = inner_.SaveState();
+    return Status::OK();
+  }
+  Status LoadState(TensorState state) override { return inner_.LoadState(state.bytes); }
+
+ private:
+  Stateful& inner_;
+};
+
+// `state` with `agreement` added under kRankKey, in the map that loads last.
+TrainingState WithAgreement(const TrainingState& state, Stateful& agreement,
+                            std::unique_ptr<StatefulAsTensorState>* holder) {
+  TrainingState tagged = state;
+  if (state.tensor_extra.empty()) {
+    tagged.extra[kRankKey] = &agreement;
+  } else {
+    *holder = std::make_unique<StatefulAsTensorState>(agreement);
+    tagged.tensor_extra[kRankKey] = holder->get();
+  }
+  return tagged;
 }
 
 // A candidate the placement balances over the ranks: model tensors when
@@ -413,8 +442,8 @@ Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const Trainin
   pending.staged = CheckExtraKeys(state).WithContext("capture " + StepText(step));
   if (pending.staged.ok()) pending.staged = DropLocalAfterRollback().WithContext("capture " + StepText(step));
   if (pending.staged.ok()) {
-    TrainingState tagged = state;
-    tagged.extra[kRankKey] = capture_tag_.get();
+    std::unique_ptr<StatefulAsTensorState> holder;
+    TrainingState tagged = WithAgreement(state, *capture_tag_, &holder);
     Result<CaptureHandle> local = checkpointer_->CaptureAsync(step, tagged);
     if (placement_) pending.placed = placement_->Take(step);
     if (local.ok()) {
@@ -705,8 +734,8 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
       return Status::OK();
     });
   }
-  TrainingState tagged = target;
-  tagged.extra[kRankKey] = &agreement;
+  std::unique_ptr<StatefulAsTensorState> holder;
+  TrainingState tagged = WithAgreement(target, agreement, &holder);
   RankSources sources(run_dir_, size());  // the replicated tensors other ranks stored
   RestoreOptions restore_options;
   restore_options.sources = &sources;

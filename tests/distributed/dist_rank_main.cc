@@ -168,19 +168,69 @@ int Run() {
     Put("steps", Join(*listed));
     // The step can then be captured on every rank.
     PutStatus("retry_", checkpointer->Capture(3, job.State()));
-    // Step 4 with a tensor_extra on rank --bad only: NotSupported there, the
-    // same error on every rank, and step 4 does not become global.
+    // Step 4 with a tensor_extra key that sorts after the agreement's on
+    // rank --bad only: InvalidArgument there, the same error on every rank,
+    // and step 4 does not become global.
     struct Tensors final : TensorStateful {
       Status SaveState(TensorState*) const override { return Status::OK(); }
       Status LoadState(TensorState) override { return Status::OK(); }
     } tensors;
     TrainingState with_tensors = job.State();
-    if (rank == bad) with_tensors.tensor_extra["opt"] = &tensors;
+    if (rank == bad) with_tensors.tensor_extra["~zz"] = &tensors;
     PutStatus("tensor_extra_", checkpointer->Capture(4, with_tensors));
     (void)checkpointer->Flush();
     auto after = checkpointer->Steps();
     if (!after.ok()) Fail("steps", after.status());
     Put("steps_after", Join(*after));
+    return 0;
+  }
+
+  if (scenario == "tensor_extra") {
+    // Every rank's state holds a tensor_extra with a tensor of its own.
+    // Step 1 is restored twice: first with rank --bad's tensor_extra
+    // refusing its state (every rank returns that rank's error, nothing
+    // changes anywhere), then for real (bitwise, tensor_extra included).
+    class Counter final : public TensorStateful {
+     public:
+      Status SaveState(TensorState* state) const override {
+        *state = TensorState();
+        state->type = "counter";
+        state->tensors["value"] = value;
+        return Status::OK();
+      }
+      Status LoadState(TensorState state) override {
+        if (refuse) return Status::InvalidArgument("counter refused its state");
+        value = state.tensors.at("value").clone();
+        return Status::OK();
+      }
+      torch::Tensor value;
+      bool refuse = false;
+    } counter;
+    const int bad = static_cast<int>(IntFlag("bad", -1));
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    counter.value = torch::full({4}, static_cast<float>(rank + 1));
+    auto dump = [&] {
+      const torch::Tensor value = counter.value.contiguous();
+      return job.Dump() + std::string(static_cast<const char*>(value.data_ptr()), value.nbytes());
+    };
+    TrainingState state = job.State();
+    state.tensor_extra["counter"] = &counter;
+    job.Step(1);
+    Status captured = checkpointer->Capture(1, state);
+    if (!captured.ok()) Fail("capture 1", captured);
+    const std::string at_one = dump();
+    job.Step(2);
+    counter.value = counter.value + 10;
+    captured = checkpointer->Capture(2, state);
+    if (!captured.ok()) Fail("capture 2", captured);
+    const std::string before = dump();
+    counter.refuse = rank == bad;
+    PutStatus("refused_", checkpointer->Restore(1, state));
+    Put("unchanged", dump() == before ? "1" : "0");
+    counter.refuse = false;
+    PutStatus("restore_", checkpointer->Restore(1, state));
+    Put("restored_equal", dump() == at_one ? "1" : "0");
     return 0;
   }
 

@@ -364,17 +364,38 @@ TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdentica
     EXPECT_EQ(results[r].values.at("flush_code"), "InvalidArgument");
     EXPECT_EQ(results[r].values.at("steps"), "1,2");
     EXPECT_EQ(results[r].values.at("retry_code"), "OK");
-    // tensor_extra is refused (a restore would load it after the agreement).
+    // A tensor_extra key sorting after the agreement's is refused.
     const std::string tensor_extra_error =
-        "capture step 4: extra state `opt`: DistributedCheckpointer does not take tensor_extra yet (its restore "
-        "would load it after the ranks agreed)";
-    EXPECT_EQ(results[r].values.at("tensor_extra_code"), "NotSupported");
+        "capture step 4: extra state `~zz` sorts after `~trainsnap.rank`: distributed extra keys must sort before "
+        "it (plain ASCII names do)";
+    EXPECT_EQ(results[r].values.at("tensor_extra_code"), "InvalidArgument");
     EXPECT_EQ(results[r].values.at("tensor_extra_message"), r == 1 ? tensor_extra_error : "rank 1: " + tensor_extra_error);
     EXPECT_EQ(results[r].values.at("steps_after"), "1,2,3");
   }
   const std::string& message = results[0].values.at("restore_message");
   EXPECT_EQ(message.rfind("rank 1: ", 0), 0u) << message;
   EXPECT_NE(message.find("restore step 2"), std::string::npos) << message;
+}
+
+// tensor_extra (the Python binding's optimizers and extras) restores
+// bitwise on every rank, and one that refuses its state on one rank fails
+// the restore on every rank, each unchanged: the rank agreement loads after
+// every tensor_extra.
+TEST(DistributedCheckpointerTest, TensorExtraRestoresOnEveryRankAndARefusalOnOneRankChangesNoRank) {
+  TempDir dir;
+  const int world = 3;
+  std::vector<RankResult> results = RunAll(dir.path(), "tensor_extra", world,
+      {{"scenario", "tensor_extra"}, {"run_dir", dir.path() + "/run"}, {"bad", "1"}});
+  ExpectAllExited(results);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(results[r].values.at("refused_code"), "InvalidArgument");
+    EXPECT_EQ(results[r].values.at("refused_message"),
+              "rank 1: restore step 1: extra state `counter`: counter refused its state");
+    EXPECT_EQ(results[r].values.at("unchanged"), "1");
+    EXPECT_EQ(results[r].values.at("restore_code"), "OK");
+    EXPECT_EQ(results[r].values.at("restored_equal"), "1");
+  }
 }
 
 std::string RankStore(const std::string& run, int rank) {
