@@ -11,25 +11,13 @@
 
 namespace trainsnap {
 
-// Every chunk counted is one CollectGarbage would delete; bytes are encoded
-// bytes, as in GcReport::bytes_deleted.
-struct GcPlan {
-  // Chunks the deleted snapshots need (reference, or use as a delta base)
-  // and the remaining ones do not: what the deletion frees.
-  uint64_t chunks_freed = 0;
-  uint64_t bytes_freed = 0;
-  // Chunks no snapshot needs already (left by an earlier deletion).
-  uint64_t chunks_unreferenced = 0;
-  uint64_t bytes_unreferenced = 0;
-};
-
 // What deleting the snapshots `steps` of `store`, then collecting garbage,
 // would free, decided by CollectGarbage's own rule (references and delta
 // bases): with no writer in between, the collection deletes
 // chunks_freed + chunks_unreferenced chunks of bytes_freed +
 // bytes_unreferenced bytes. Changes nothing; works on read-only stores.
 // NotFound if a step is not stored; NotSupported for a Store not opened by
-// Store::Open / Store::OpenReadOnly.
+// Store::Open / Store::OpenReadOnly. The same as store.PlanCollection().
 Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress = {});
 
 }  // namespace trainsnap

@@ -188,6 +188,18 @@ struct GcReport {
   std::vector<int64_t> damaged_steps;
 };
 
+// Every chunk counted is one CollectGarbage would delete; bytes are encoded
+// bytes, as in GcReport::bytes_deleted.
+struct GcPlan {
+  // Chunks the deleted snapshots need (reference, or use as a delta base)
+  // and the remaining ones do not: what the deletion frees.
+  uint64_t chunks_freed = 0;
+  uint64_t bytes_freed = 0;
+  // Chunks no snapshot needs already (left by an earlier deletion).
+  uint64_t chunks_unreferenced = 0;
+  uint64_t bytes_unreferenced = 0;
+};
+
 struct PruneReport {
   std::vector<int64_t> deleted_steps;  // ascending
   GcReport gc;                         // the garbage collection that followed
@@ -412,6 +424,15 @@ class Store {
   // stored count: Corruption otherwise, and nothing is deleted. One atomic
   // write; no committed snapshot loses anything.
   virtual Result<RepairReport> Repair() = 0;
+  // What deleting the snapshots `steps`, then collecting garbage, would
+  // free, by CollectGarbage's own rule (GcPlan). Changes nothing; works on
+  // read-only stores. NotFound if a step is not stored; NotSupported for a
+  // Store that cannot tell.
+  virtual Result<GcPlan> PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress = {}) {
+    static_cast<void>(steps);
+    static_cast<void>(progress);
+    return Status::NotSupported("plan collection: not a store opened by Store::Open/OpenReadOnly");
+  }
 };
 
 }  // namespace trainsnap

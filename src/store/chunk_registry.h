@@ -42,8 +42,8 @@ class ChunkRegistry {
   // bucket): every chunk a process writes is noted, so without a bound the
   // table grew by a node per new chunk for as long as no snapshot was
   // deleted (150,000 per capture of 50,000 parameters with Adam), and each
-  // look-up missed the cache more often the larger it was (issue 18: linear
-  // scaling). Past the bound the table starts afresh (freed whole, once per
+  // look-up missed the cache more often the larger it was (to scale linearly
+  // with the tensor count). Past the bound the table starts afresh (freed whole, once per
   // million new chunks): a forgotten size is asked of RocksDB again.
   static constexpr size_t kDefaultMaxKnownSizes = size_t{1} << 20;
   explicit ChunkRegistry(size_t max_known_sizes = kDefaultMaxKnownSizes) : max_known_sizes_(max_known_sizes) {}

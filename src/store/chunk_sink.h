@@ -27,7 +27,7 @@ struct SnapshotCommit {
   SnapshotInfo info;
   // In key order. Owned by the writer, which keeps them for a retry after a
   // failed commit: pointers, because a copy cost two allocations per record
-  // on every commit (issue 18: linear scaling).
+  // on every commit (to scale linearly with the tensor count).
   std::vector<const TensorRecord*> records;
   // Snapshot format 2: the record groups the writer wrote; `records` are
   // then not written one by one.

@@ -28,7 +28,7 @@ void DeltaBaseCache::Publish(std::vector<std::pair<DeltaBaseKey, std::shared_ptr
   for (auto& [key, base] : entries) {
     // The key's node is reused: a capture replaces every tensor's entry,
     // and at 150,000 tensors erasing and inserting each cost a node and a
-    // key copy (issue 18: linear scaling).
+    // key copy (to scale linearly with the tensor count).
     auto [it, inserted] = entries_.try_emplace(key);
     if (!inserted) held_ -= it->second->raw.size();
     if (held_ + base->raw.size() > budget_) {

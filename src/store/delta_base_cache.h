@@ -61,7 +61,7 @@ class DeltaBaseCache {
   size_t held_ GUARDED_BY(mu_) = 0;
   // Hashed: every capture looks up and replaces every tensor's entry, and
   // at 150,000 string-keyed entries an ordered map's descent grew faster
-  // than the count (issue 18: linear scaling).
+  // than the count (to scale linearly with the tensor count).
   std::unordered_map<DeltaBaseKey, std::shared_ptr<const DeltaBase>, RecordKeyHash> entries_ GUARDED_BY(mu_);
 };
 

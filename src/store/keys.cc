@@ -74,4 +74,16 @@ std::string ParamIdHex(uint64_t param_id) {
   return out;
 }
 
+std::string PrefixUpperBound(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xff) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+
 }  // namespace trainsnap::internal

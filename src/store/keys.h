@@ -38,4 +38,7 @@ Result<ChunkHash> DecodeChunkKey(std::string_view key);
 // prints it everywhere (docs/cli.md).
 std::string ParamIdHex(uint64_t param_id);
 
+// The smallest key greater than every key starting with `prefix`; empty if none.
+std::string PrefixUpperBound(std::string prefix);
+
 }  // namespace trainsnap::internal

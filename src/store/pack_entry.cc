@@ -62,4 +62,9 @@ Result<PackEntry> ParsePackEntry(std::string_view value) {
   return e;
 }
 
+uint64_t StoredBytes(std::string_view index_value) {
+  auto entry = ParsePackEntry(index_value);
+  return entry.ok() ? entry->length : 0;
+}
+
 }  // namespace trainsnap::internal

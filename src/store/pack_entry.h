@@ -45,5 +45,8 @@ std::string EncodePackEntry(const PackEntry& entry);
 // version, unknown flags, a zero length, or a raw entry whose length is not
 // the chunk header plus raw_bytes.
 Result<PackEntry> ParsePackEntry(std::string_view value);
+// The encoded length an index entry (a chunks CF value) records; 0 when it
+// does not parse (callers that need more use ParsePackEntry).
+uint64_t StoredBytes(std::string_view index_value);
 
 }  // namespace trainsnap::internal

@@ -114,7 +114,7 @@ Result<std::vector<TensorRecord>> ParseRecordGroup(std::string_view raw, const R
   // The group's messages (two strings each) on an arena, and one record
   // message reused for every record: a dozen mallocs and frees per record
   // were a third of a 50,000-parameter restore, growing faster than the
-  // record count as the heap fragmented (issue 18).
+  // record count as the heap fragmented.
   google::protobuf::ArenaOptions options;
   options.start_block_size = std::min<size_t>(raw.size() * 2 + 4096, size_t{1} << 20);
   options.max_block_size = size_t{1} << 20;

@@ -13,7 +13,7 @@ namespace trainsnap::internal {
 
 // Versions of the snapshot record itself (SnapshotRecord.format_version; the
 // store's format version is the meta record's, kMetaFormatVersion in
-// rocks_store_internal.h): 1 keeps the tensor records in the tensors CF; 2
+// catalog.h): 1 keeps the tensor records in the tensors CF; 2
 // (written since store format version 4) keeps them in record groups,
 // chunks that the snapshot record lists.
 inline constexpr uint32_t kPlainSnapshotRecordVersion = 1;

@@ -1,164 +1,61 @@
-// Writing: chunks (PutChunk) and the atomic commit of a snapshot.
+// The commit order of a store: commits, deletes, retention, garbage
+// collection and repairs, one at a time under commit_mu_, each over the
+// parts (docs/code-map.md, "The store's parts").
 #include "store/rocks_store.h"
-#include "store/rocks_store_internal.h"
 
-#include "store.pb.h"
-#include "store/chunk_codec.h"
+#include <algorithm>
+#include <map>
+
+#include "store/garbage_collector.h"
 #include "store/keys.h"
 #include "store/kill_point.h"
+#include "store/messages.h"
 #include "store/rocksdb_status.h"
-#include "store/snapshot_writer.h"
+#include "store/schema.h"
 
 namespace trainsnap::internal {
 
-// --- writing -------------------------------------------------------------------
+namespace {
 
-Result<std::unique_ptr<SnapshotWriter>> RocksStore::BeginSnapshot(int64_t step, const SnapshotOptions& options) {
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("begin snapshot " + StepName(step)));
-  return std::unique_ptr<SnapshotWriter>(new SnapshotWriterImpl(static_cast<ChunkSink*>(this), step, options));
-}
+// A commit with retention on gives space back (compacts packs) once the
+// chunk bytes it deleted since the last time exceed this fraction of the
+// live chunk bytes.
+constexpr double kMaxGarbageRatio = 0.25;
 
-Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
-  // Indexed, but its bytes are lost: as good as absent, so that the writer
-  // stores the bytes again (its commit indexes the new copy).
-  if (registry_.Unusable(hash)) return std::optional<uint64_t>();
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunks_cf_, EncodeChunkKey(hash), &value);
-  if (s.IsNotFound()) return std::optional<uint64_t>();
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "look up chunk " + hash.Hex()));
-  auto entry = ParsePackEntry(std::string_view(value.data(), value.size()));
-  if (!entry.ok()) return entry.status().WithContext("look up chunk " + hash.Hex());
-  registry_.NoteStored(hash, entry->length);
-  return std::optional<uint64_t>(entry->length);
-}
-
-Result<PackEntry> RocksStore::PutChunk(const ChunkHash& hash, const std::string& encoded) {
-  const std::string context = "write chunk " + hash.Hex();
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  auto header = ParseChunkHeader(encoded);
-  if (!header.ok()) return header.status().WithContext(context);
-  const bool raw = header->codec == ChunkCodec::kRaw && header->filter == ChunkFilter::kNone;
-  auto entry = packs_->Append(encoded, header->raw_bytes, raw);
-  if (!entry.ok()) return entry.status().WithContext(context);
-  return *entry;
-}
-
-bool RocksStore::MayDelta(const DeltaBase& bases, size_t index) const {
-  if (delta_reference_ == DeltaReference::kKeyframe) {
-    // Against the keyframe, until the keyframe interval is reached.
-    return bases.depths[index] == 0 && static_cast<int>(bases.ages[index]) + 1 < keyframe_interval_;
-  }
-  // Against the previous version, while the chain stays below the interval.
-  return bases.depths[index] != kUnknownDeltaDepth && static_cast<int>(bases.depths[index]) + 1 < keyframe_interval_;
-}
-
-uint32_t RocksStore::AcquireWriterFloor() {
-  MutexLock lock(&floors_mu_);
-  const uint32_t floor = packs_->NextAppendPack();
-  writer_floors_.insert(floor);
-  return floor;
-}
-
-void RocksStore::ReleaseWriterFloor(uint32_t floor) {
-  MutexLock lock(&floors_mu_);
-  auto it = writer_floors_.find(floor);
-  if (it != writer_floors_.end()) writer_floors_.erase(it);
-}
+}  // namespace
 
 Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t* metadata_bytes) {
   SnapshotInfo info = commit.info;
-  const std::vector<const TensorRecord*>& records = commit.records;
-  const std::vector<RecordGroupRef>* groups = commit.groups ? &*commit.groups : nullptr;
-  const std::string& manifest = commit.manifest;
-  const bool replace_existing = commit.replace_existing;
-  const std::vector<NewChunk>& chunks = commit.chunks;
+  const std::string context = "commit " + StepName(info.step);
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable("commit"));
   MutexLock lock(&commit_mu_);
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite());
+  TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite());
   std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  if (txn_db_ == nullptr) return recovery_error_.WithContext("store reopened read-only after a failed write");
+  TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+  if (session_->txn_db() == nullptr) {
+    return session_->recovery_error().WithContext("store reopened read-only after a failed write");
+  }
   // One atomic WriteBatch through the OptimisticTransactionDB. Not an
   // OptimisticTransaction: commits are serialized by commit_mu_ in the only
   // writer process, so there is nothing to validate, and its validation
   // fails spuriously (TryAgain) when a memtable flush (e.g. forced by the
   // WAL bound) happens between the transaction's begin and its commit.
   rocksdb::WriteOptions wo;
-  wo.sync = sync_;
-  // The chunks' bytes become durable before the batch that references them.
-  if (!chunks.empty()) {
-    TRAINSNAP_RETURN_IF_ERROR(packs_->Sync().WithContext("commit " + StepName(info.step) + ": sync pack files"));
-    for (const NewChunk& c : chunks) {
-      if (!packs_->IsDurable(c.entry)) {
-        return Status::Aborted("commit " + StepName(info.step) + ": chunk " + c.hash.Hex() + " is in " +
-                               PackFileName(c.entry.pack) +
-                               ", which a failed write or sync retired before it was durable; capture again");
-      }
-    }
-  }
+  wo.sync = options_.sync;
   rocksdb::WriteBatch batch;
-  for (const NewChunk& c : chunks) {
-    const std::string key = EncodeChunkKey(c.hash);
-    if (c.base) {
-      if (chunk_deps_cf_ == nullptr) return Status::Aborted("commit: no chunk_deps CF");
-      TRAINSNAP_RETURN_IF_ERROR(
-          FromRocks(batch.Put(chunk_deps_cf_, key, EncodeChunkKey(*c.base)), "write chunk dependency"));
-    } else if (chunk_deps_cf_ != nullptr && registry_.Unusable(c.hash)) {
-      // A lost delta chunk written again whole: it no longer needs its base.
-      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunk_deps_cf_, key), "delete chunk dependency"));
-    }
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, key, EncodePackEntry(c.entry)), "write chunk index entry"));
-  }
-  const std::string step_key = EncodeStepKey(info.step);
+  // The chunks' bytes become durable before the batch that indexes them.
+  TRAINSNAP_RETURN_IF_ERROR(chunks_->IndexForCommit(commit.chunks, context, &batch));
   TRAINSNAP_RETURN_IF_ERROR(CheckRetentionKeeps(info.step));
-  std::string existing;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), snapshots_cf_, step_key, &existing);
-  if (s.ok()) {
-    if (!replace_existing) return Status::AlreadyExists(StepName(info.step) + " is already stored");
-    // Replacing: the old tensor records (format version 1) go in the same
-    // transaction; the old record groups become garbage unless shared.
-    TRAINSNAP_RETURN_IF_ERROR(
-        ScanTensorRecords(info.step, rocksdb::ReadOptions(), [&](std::string_view key, std::string_view) {
-          return FromRocks(batch.Delete(tensors_cf_, rocksdb::Slice(key.data(), key.size())),
-                           "delete old tensor record");
-        }).WithContext("replace " + StepName(info.step)));
-  } else if (!s.IsNotFound()) {
-    return FromRocks(s, "read snapshot record");
-  }
-  auto stored_counts = ReadCounts(nullptr);
-  if (!stored_counts.ok()) return stored_counts.status().WithContext("commit");
-  StoreCountsData counts = stored_counts->value_or(StoreCountsData());
-  if (s.IsNotFound()) {
-    ++counts.snapshots;
-    counts.newest_step = counts.newest_step ? std::max(*counts.newest_step, info.step) : info.step;
-  }
-  ++counts.transactions;
-  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
-  uint64_t written = 0;  // metadata bytes of this snapshot's records
-  if (groups == nullptr) {
-    for (const TensorRecord* record : records) {
-      const TensorRecord& r = *record;
-      const std::string key = EncodeTensorKey(info.step, r.param_id, r.role);
-      const std::string value = SerializeTensorRecord(r);
-      written += key.size() + value.size();
-      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(tensors_cf_, key, value), "write tensor record"));
-    }
-  }
-  info.manifest_bytes = manifest.size() + commit.shared.inline_bytes.size();
-  const std::string record = SerializeSnapshotRecord(info, manifest, groups, &commit.shared);
-  written += step_key.size() + record.size();
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(snapshots_cf_, step_key, record), "write snapshot record"));
+  StoreCountsData counts;
+  TRAINSNAP_RETURN_IF_ERROR(catalog_->AddSnapshot(commit, &batch, &info, &counts, metadata_bytes));
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
-  TRAINSNAP_RETURN_IF_ERROR(WriteWithRecovery(&batch, wo, "commit", &view_lock));
-  ResetTensorCache();  // a replaced step's records changed
-  for (const NewChunk& c : chunks) registry_.NoteIndexed(c.hash, c.entry.length);
-  *metadata_bytes = written;
+  TRAINSNAP_RETURN_IF_ERROR(session_->WriteWithRecovery(&batch, wo, "commit", &view_lock));
+  catalog_->ResetTensorCache();  // a replaced step's records changed
+  chunks_->NoteIndexed(commit.chunks);
   // Committed: a failure to record it in the commit log is reported, but the
   // snapshot stays (like a commit whose WAL sync failed after the append).
-  TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext("commit " + StepName(info.step)));
-  delta_bases_.Publish(std::move(*commit.delta_bases));
+  TRAINSNAP_RETURN_IF_ERROR(catalog_->NoteTransaction(counts).WithContext(context));
+  chunks_->delta_bases().Publish(std::move(*commit.delta_bases));
   TRAINSNAP_KILL_POINT(kKillAfterCommit);
 
   // The snapshot is committed whatever happens below: a failed prune, flush
@@ -166,12 +63,13 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   // commit failed.
   bool flushed = false;
   // Retention collects garbage: not while a loss is unacknowledged.
-  if (retention_.keep_last > 0 && !lost_commits()) {
-    auto pruned = PruneLocked(retention_, /*full_gc=*/false, info.step);
+  if (options_.retention.keep_last > 0 && !catalog_->lost_commits()) {
+    auto pruned = GarbageCollector(*session_, *catalog_, *chunks_)
+                      .Prune(options_.retention, /*full_gc=*/false, options_.sync, info.step);
     if (pruned.ok()) deleted_since_reclaim_ += pruned->gc.bytes_deleted;
     // Bounded garbage: compaction keeps the packs near the live bytes.
-    if (deleted_since_reclaim_ > 0 &&
-        static_cast<double>(deleted_since_reclaim_) >= kMaxGarbageRatio * static_cast<double>(live_pack_bytes_)) {
+    if (deleted_since_reclaim_ > 0 && static_cast<double>(deleted_since_reclaim_) >=
+                                          kMaxGarbageRatio * static_cast<double>(chunks_->live_pack_bytes())) {
       static_cast<void>(ReclaimSpace(nullptr));
       flushed = true;
     }
@@ -187,10 +85,175 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
     rocksdb::FlushOptions flush;
     flush.wait = false;
     flush.allow_write_stall = true;
-    static_cast<void>(CheckWrite(db_->Flush(flush, handles_), "flush"));
+    static_cast<void>(session_->CheckWrite(session_->db()->Flush(flush, session_->handles()), "flush"));
   }
-  if (!reserve_present_) RestoreReserve();
+  if (!reserve_.present()) reserve_.Restore();
   return info;
+}
+
+Status RocksStore::CheckRetentionKeeps(int64_t step) {
+  if (options_.retention.keep_last <= 0) return Status::OK();
+  std::unique_ptr<rocksdb::Iterator> it(
+      session_->db()->NewIterator(rocksdb::ReadOptions(), session_->cf(ColumnFamily::kSnapshots)));
+  it->SeekToLast();
+  if (!it->Valid()) return FromRocks(it->status(), "latest snapshot");
+  TRAINSNAP_ASSIGN_OR_RETURN(int64_t latest, DecodeStepKey(std::string_view(it->key().data(), it->key().size())));
+  if (step >= latest) return Status::OK();
+  // Retention keeps the highest steps, and Latest() is the highest step: a
+  // snapshot committed below it would be pruned as soon as keep_last higher
+  // ones exist, and would never be the one RestoreLatest returns. A run that
+  // resumed from an older step must drop the abandoned later snapshots first.
+  return Status::InvalidArgument("below the latest stored " + StepName(latest) +
+                                 ": retention (keep_last = " + std::to_string(options_.retention.keep_last) +
+                                 ") keeps the highest steps and RestoreLatest returns the highest; "
+                                 "Rollback to the step the run resumed from first, or keep steps increasing");
+}
+
+Status RocksStore::WithReserve(const std::function<Status()>& attempt) {
+  reserve_.UseIfFull();
+  // A failed delete changed nothing: with the reserve's space, try again.
+  Status s = attempt();
+  if (s.code() == StatusCode::kNoSpace && reserve_.Release()) s = attempt();
+  return s;
+}
+
+Status RocksStore::Delete(int64_t step) {
+  const std::string context = "delete " + StepName(step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  MutexLock lock(&commit_mu_);
+  return WithReserve([&]() -> Status {
+    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext(context));
+    std::shared_lock<std::shared_mutex> view_lock;
+    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+    TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckStored(step).WithContext(context));
+    return catalog_->DeleteSteps({step}, options_.sync, nullptr).WithContext(context);
+  });
+}
+
+Status RocksStore::Rollback(int64_t step) {
+  const std::string context = "rollback to " + StepName(step);
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  MutexLock lock(&commit_mu_);
+  return WithReserve([&]() -> Status {
+    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext(context));
+    std::shared_lock<std::shared_mutex> view_lock;
+    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+    TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckStored(step).WithContext(context));
+    auto steps = catalog_->ListSteps();
+    if (!steps.ok()) return steps.status().WithContext(context);
+    std::vector<int64_t> later;
+    for (int64_t s : *steps) {
+      if (s > step) later.push_back(s);
+    }
+    if (later.empty()) return Status::OK();
+    return catalog_->DeleteSteps(later, options_.sync, nullptr).WithContext(context);
+  });
+}
+
+Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("collect garbage"));
+  TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckNoLostCommits("collect garbage in " + path()));
+  MutexLock lock(&commit_mu_);
+  reserve_.UseIfFull();
+  std::shared_lock<std::shared_mutex> view_lock;
+  auto attempt = [&]() -> Result<GcReport> {
+    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext("collect garbage"));
+    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+    return GarbageCollector(*session_, *catalog_, *chunks_).Collect(progress);
+  };
+  // What a failed collection deleted was garbage: collecting again is safe.
+  auto report = attempt();
+  if (!report.ok() && report.status().code() == StatusCode::kNoSpace && reserve_.Release()) {
+    if (view_lock.owns_lock()) view_lock.unlock();
+    report = attempt();
+  }
+  if (report.ok()) {
+    Status s = GiveSpaceBack(&view_lock, &*report);
+    if (s.ok()) s = GarbageCollector(*session_, *catalog_, *chunks_).NameDamagedSteps(&*report);
+    if (!s.ok()) report = s;
+  }
+  if (!report.ok()) return report.status().WithContext("collect garbage in " + path());
+  return report;
+}
+
+Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("prune"));
+  if (policy.keep_last < 0 || policy.keep_every < 0) {
+    return Status::InvalidArgument("prune: retention counts must be >= 0");
+  }
+  TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckNoLostCommits("prune " + path()));
+  MutexLock lock(&commit_mu_);
+  reserve_.UseIfFull();
+  TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext("prune"));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+  GarbageCollector collector(*session_, *catalog_, *chunks_);
+  auto report = collector.Prune(policy, /*full_gc=*/true, options_.sync);
+  if (report.ok()) {
+    Status s = GiveSpaceBack(&view_lock, &report->gc);
+    if (s.ok()) s = collector.NameDamagedSteps(&report->gc);
+    if (!s.ok()) report = s;
+  }
+  if (!report.ok()) return report.status().WithContext("prune " + path());
+  return report;
+}
+
+Result<RepairReport> RocksStore::Repair() {
+  const std::string context = "repair " + path();
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  MutexLock lock(&commit_mu_);
+  TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext(context));
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+  if (session_->txn_db() == nullptr) {
+    return session_->recovery_error().WithContext(context + ": store reopened read-only");
+  }
+  return catalog_->DeleteLeftovers(options_.sync);
+}
+
+Status RocksStore::AcknowledgeLostCommits() {
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable("acknowledge lost commits"));
+  MutexLock lock(&commit_mu_);
+  std::shared_lock<std::shared_mutex> view_lock;
+  TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+  return catalog_->AcknowledgeLoss();
+}
+
+Status RocksStore::ReclaimSpace(GcReport* report) {
+  // The packs first: removing packs without live chunks needs no space,
+  // which a full disk lacks.
+  TRAINSNAP_RETURN_IF_ERROR(chunks_->CompactPacks(report));
+  deleted_since_reclaim_ = 0;
+  // Flushing lets the WAL files that hold deleted index entries go; compacting
+  // the index drops their tombstones. Both small.
+  rocksdb::FlushOptions flush;
+  flush.allow_write_stall = true;
+  TRAINSNAP_RETURN_IF_ERROR(session_->CheckWrite(session_->db()->Flush(flush, session_->handles()), "flush"));
+  rocksdb::CompactRangeOptions compact;
+  compact.allow_write_stall = true;
+  return session_->CheckWrite(
+      session_->db()->CompactRange(compact, session_->cf(ColumnFamily::kChunks), nullptr, nullptr),
+      "compact the chunk index");
+}
+
+Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report) {
+  Status s = ReclaimSpace(report);
+  if (s.code() == StatusCode::kNoSpace) {
+    // The failed flush or compaction stopped the database's writes: reopen
+    // and try once more, with the reserve's space when one is left. Without
+    // one the second try still gets what the reopen frees: closing waits for
+    // RocksDB's background jobs and opening purges the files they left
+    // obsolete (the first try failed now and then under load, when the
+    // files freed by the previous delete were not yet gone).
+    reserve_.Release();
+    view_lock->unlock();
+    s = session_->PrepareWrite();
+    if (s.ok()) s = session_->AcquireView(view_lock);
+    if (s.ok() && session_->txn_db() == nullptr) s = session_->recovery_error();
+    if (s.ok()) s = ReclaimSpace(report);
+  }
+  reserve_.Restore();
+  return s.WithContext("give space back");
 }
 
 }  // namespace trainsnap::internal

@@ -1,7 +1,6 @@
-// Opening and closing a store: option checks, what is at the path, the
-// RocksDB instance (writable or read-only) and Refresh.
+// Opening a store: option checks, what is at the path (a store, a
+// creation to finish, something else), and the order the parts open in.
 #include "store/rocks_store.h"
-#include "store/rocks_store_internal.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -15,10 +14,13 @@
 #include "store/creation_marker.h"
 #include "store/kill_point.h"
 #include "store/rocksdb_status.h"
-#include "store/store_pin.h"
 #include "common/thread_priority.h"
+#include "store/schema.h"
+#include "store/store_files.h"
 
 namespace trainsnap::internal {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -100,14 +102,30 @@ Result<PathKind> InspectPath(const std::string& path, const std::string& context
 
 }  // namespace
 
-// --- open / close ------------------------------------------------------------
+// --- open ----------------------------------------------------------------------
+
+RocksStore::RocksStore(const std::string& path, bool read_only, rocksdb::Env* env, const StoreOptions& options)
+    : options_(options), reserve_(path, read_only ? 0 : options.reserve_bytes) {
+  threads_ =
+      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
+  session_ = std::make_unique<DbSession>(path, read_only, env);
+  chunks_ = std::make_unique<ChunkStore>(*session_, pool_.get(), threads_);
+  catalog_ = std::make_unique<Catalog>(*session_, *chunks_);
+  // What a swapped instance invalidates: cached records and dedup answers.
+  session_->set_on_swap([this] {
+    catalog_->ResetTensorCache();
+    chunks_->OnSwap();
+  });
+  chunks_->delta_bases().SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
+                                                                  : kDefaultDeltaBaseCacheBytes);
+}
 
 Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options,
                                                         rocksdb::Env* env) {
   // Held while this open creates the store (declared first: released after
   // a failed open closed the database).
   std::unique_ptr<CreationMarker> marker;
-  std::unique_ptr<RocksStore> store(new RocksStore());
   const std::string context = "open store " + path;
   if (options.zstd_level < 0 || options.zstd_level > 19) {
     return Status::InvalidArgument(context + ": zstd_level " + std::to_string(options.zstd_level) +
@@ -148,6 +166,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   // flushes and deletes files it does not list).
   TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
   const bool create = kind != PathKind::kDatabase;
+  std::vector<std::string> notes;
   if (create) {
     if (!options.create_if_missing) {
       if (kind == PathKind::kCreating) return InterruptedCreation(context + " (create_if_missing is false)");
@@ -169,35 +188,27 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     size_t removed = 0;
     TRAINSNAP_RETURN_IF_ERROR(marker->ClearLeftovers(&removed).WithContext(context));
     if (kind == PathKind::kCreating) {
-      store->open_notes_.push_back("store creation had been interrupted (by a crash or a kill): removed the " +
-                                   std::to_string(removed) + " files it left and created the store again");
+      notes.push_back("store creation had been interrupted (by a crash or a kill): removed the " +
+                      std::to_string(removed) + " files it left and created the store again");
     }
   } else {
     TRAINSNAP_RETURN_IF_ERROR(CheckExistingStore(path, options, env).WithContext(context));
     // Before RocksDB opens for writing (which needs a few KiB): on a disk
     // that a failed capture's pack bytes filled, their removal makes room.
-    TRAINSNAP_RETURN_IF_ERROR(RecoverPacksBeforeOpen(path, env).WithContext(context));
+    TRAINSNAP_RETURN_IF_ERROR(ChunkStore::RecoverBeforeOpen(path, env).WithContext(context));
   }
-  store->zstd_level_ = options.zstd_level == 0 ? 1 : options.zstd_level;
-  store->compress_ = options.compress;
-  store->sync_ = options.sync;
-  store->options_ = options;
+  StoreOptions opened_with = options;
   // Only a new store may be created by RocksDB: an existing one whose
   // CURRENT file vanished since the check must not be replaced.
-  store->options_.create_if_missing = create;
-  store->env_ = env;
-  store->retention_ = options.retention;
-  store->keyframe_interval_ = options.keyframe_interval;
-  store->delta_reference_ = options.delta_reference;
-  store->delta_bases_.SetBudget(options.delta_base_cache_bytes ? options.delta_base_cache_bytes
-                                                               : kDefaultDeltaBaseCacheBytes);
-  store->threads_ = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  Status opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+  opened_with.create_if_missing = create;
+  std::unique_ptr<RocksStore> store(new RocksStore(path, /*read_only=*/false, env, opened_with));
+  store->open_notes_ = std::move(notes);
+  Status opened = store->session_->Open(opened_with);
   if (opened.code() == StatusCode::kNoSpace) {
     // Even the few KiB an open writes did not fit: this is what the reserve
     // file is for (the open comes before any delete).
     std::error_code ec;
-    if (fs::remove(fs::path(path) / kReserveFile, ec)) opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
+    if (fs::remove(fs::path(path) / kReserveFile, ec)) opened = store->session_->Open(opened_with);
   }
   TRAINSNAP_RETURN_IF_ERROR(opened);
   if (marker) TRAINSNAP_KILL_POINT(kKillCreateDatabase);
@@ -212,23 +223,23 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
       if (!rs.ok() && !rs.IsNotSupported()) return FromRocks(rs, context + ": lower RocksDB's thread priority");
     }
   }
-  Status s = store->LoadOrCreateMeta(options);
+  Status s = store->catalog_->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
   if (marker) TRAINSNAP_KILL_POINT(kKillCreateMeta);
-  s = store->OpenPacks();
+  s = store->chunks_->Open(options.sync);
   if (!s.ok()) return s.WithContext(context);
-  store->sink_settings_ = {store->chunk_bytes_, store->compress_, store->zstd_level_};
+  store->sink_settings_ = {store->catalog_->chunk_bytes(), options.compress,
+                           options.zstd_level == 0 ? 1 : options.zstd_level};
   // A damaged commit log (both slots torn) is rewritten from the database:
   // it can then no longer tell what was lost before (docs/reliability.md).
   auto log = CommitLog::Read(path);
   if (!log.ok() && log.status().code() != StatusCode::kCorruption) return log.status().WithContext(context);
-  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
+  s = store->catalog_->CheckCommitLog(log.ok() ? *log : std::nullopt, options.sync);
   if (!s.ok()) return s.WithContext(context);
-  s = store->WarmChunkSizes();
-  if (!s.ok()) return s.WithContext(context);
+  store->WarmChunkSizes();
   {
     MutexLock lock(&store->commit_mu_);
-    store->RestoreReserve();
+    store->reserve_.Restore();
   }
   if (marker) {
     TRAINSNAP_KILL_POINT(kKillCreateFinishing);
@@ -251,19 +262,17 @@ Status RocksStore::CheckExistingStore(const std::string& path, const StoreOption
     return Status::NotSupported("a RocksDB database that is not a trainsnap store (column families: " + found +
                                 "); nothing in it was changed");
   }
-  RocksStore probe;
-  probe.read_only_ = true;
-  probe.env_ = env;
-  probe.threads_ = 1;
-  TRAINSNAP_RETURN_IF_ERROR(probe.OpenDb(path, StoreOptions(), /*read_only=*/true, env));
+  DbSession probe(path, /*read_only=*/true, env);
+  TRAINSNAP_RETURN_IF_ERROR(probe.Open(StoreOptions()));
   std::string value;
-  rocksdb::Status s = probe.db_->Get(rocksdb::ReadOptions(), probe.meta_cf_, kMetaStoreKey, &value);
+  rocksdb::Status s = probe.db()->Get(rocksdb::ReadOptions(), probe.cf(ColumnFamily::kMeta), kMetaStoreKey, &value);
   if (s.IsNotFound()) {
     // A creation that stopped after RocksDB made the column families and
     // before the meta record: the writable open finishes it. With data in
     // them it is no store this build wrote.
-    for (rocksdb::ColumnFamilyHandle* cf : {probe.snapshots_cf_, probe.tensors_cf_, probe.chunks_cf_}) {
-      std::unique_ptr<rocksdb::Iterator> it(probe.db_->NewIterator(rocksdb::ReadOptions(), cf));
+    for (ColumnFamily which : {ColumnFamily::kSnapshots, ColumnFamily::kTensors, ColumnFamily::kChunks}) {
+      rocksdb::ColumnFamilyHandle* cf = probe.cf(which);
+      std::unique_ptr<rocksdb::Iterator> it(probe.db()->NewIterator(rocksdb::ReadOptions(), cf));
       it->SeekToFirst();
       TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan " + cf->GetName()));
       if (it->Valid()) {
@@ -278,20 +287,16 @@ Status RocksStore::CheckExistingStore(const std::string& path, const StoreOption
   return CheckMeta(meta, options);
 }
 
-Status RocksStore::WarmChunkSizes() {
-  // The next snapshot mostly references the chunks of the latest one
-  // (frozen and unchanged tensors). Knowing their sizes up front saves a
-  // blob read per deduplicated chunk on the first capture after opening.
+void RocksStore::WarmChunkSizes() {
   // Best effort: a damaged record must not keep the store from opening
   // (Verify and reads report it).
-  auto latest = Latest();
-  if (!latest.ok() || !latest->has_value()) return Status::OK();
-  auto records = Tensors(**latest);
-  if (!records.ok()) return Status::OK();
+  auto latest = catalog_->Latest();
+  if (!latest.ok() || !latest->has_value()) return;
+  auto records = catalog_->Tensors(**latest);
+  if (!records.ok()) return;
   for (const TensorRecord& r : *records) {
-    for (const ChunkRef& c : r.chunks) registry_.NoteStored(c.hash, c.stored_bytes);
+    for (const ChunkRef& c : r.chunks) chunks_->registry().NoteStored(c.hash, c.stored_bytes);
   }
-  return Status::OK();
 }
 
 Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env) {
@@ -309,159 +314,21 @@ Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::strin
     return Status::NotFound(context + ": no store at this path" +
                             (kind == PathKind::kEmptyDir ? " (an empty directory)" : ""));
   }
-  std::unique_ptr<RocksStore> store(new RocksStore());
-  store->read_only_ = true;
-  store->env_ = env;
-  store->threads_ = std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<RocksStore> store(new RocksStore(path, /*read_only=*/true, env, StoreOptions()));
   // The commit log first: the writer appends to it after each commit, so a
   // log read before the database was opened never records more than the
   // database then holds, unless commits were really lost.
   auto log = CommitLog::Read(path);
-  TRAINSNAP_RETURN_IF_ERROR(store->OpenDb(path, StoreOptions(), /*read_only=*/true, env));
-  Status s = store->LoadOrCreateMeta(StoreOptions());
+  TRAINSNAP_RETURN_IF_ERROR(store->session_->Open(StoreOptions()));
+  Status s = store->catalog_->LoadOrCreateMeta(StoreOptions());
   if (!s.ok()) return s.WithContext(context);
-  s = store->OpenPacks();
+  s = store->chunks_->Open(/*fsync=*/true);
   if (!s.ok()) return s.WithContext(context);
   // A log that cannot be read (damaged) only disables the check here;
   // Verify reports it.
-  s = store->CheckCommitLog(log.ok() ? *log : std::nullopt);
+  s = store->catalog_->CheckCommitLog(log.ok() ? *log : std::nullopt, /*sync=*/true);
   if (!s.ok()) return s.WithContext(context);
   return std::unique_ptr<Store>(std::move(store));
-}
-
-Status RocksStore::OpenRocks(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env,
-                             DbHandles* out) {
-  rocksdb::DBOptions db_options = BaseDbOptions();
-  if (env) db_options.env = env;
-  auto cfs = ColumnFamilies();
-  if (read_only) {
-    // A store written before delta chunks has no chunk_deps CF; a read-only
-    // instance cannot create it (and needs none: such a store has no deltas).
-    std::vector<std::string> names;
-    if (rocksdb::DB::ListColumnFamilies(db_options, path, &names).ok() &&
-        std::find(names.begin(), names.end(), ColumnFamilyName(ColumnFamily::kChunkDeps)) == names.end()) {
-      cfs.pop_back();
-    }
-    // Not a secondary instance: RocksDB 7.8 does not support BlobDB there
-    // (reading a blob crashes on a null DB session id). A read-only instance
-    // sees the store as of its open; Refresh() reopens it.
-    // The WAL files in the directory. The writer deletes a WAL file after
-    // a flush made it obsolete (after writing the MANIFEST that says so).
-    auto wal_files = [&path]() {
-      std::vector<std::string> names;
-      std::error_code ec;
-      for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-        if (e.path().extension() == ".log") names.push_back(e.path().filename().string());
-      }
-      std::sort(names.begin(), names.end());
-      return names;
-    };
-    rocksdb::Status s;
-    for (int attempt = 0; attempt < 10; ++attempt) {
-      const std::vector<std::string> before = wal_files();
-      rocksdb::DB* db = nullptr;
-      out->handles.clear();
-      s = rocksdb::DB::OpenForReadOnly(db_options, path, cfs, &out->handles, &db,
-                                       /*error_if_wal_file_exists=*/false);
-      if (s.ok()) {
-        // A WAL file deleted while we opened may have been read from an
-        // older MANIFEST and then not found: a torn view (records without
-        // their chunks). Only a view with every WAL file still there is
-        // whole; otherwise open again.
-        const std::vector<std::string> after = wal_files();
-        if (std::includes(after.begin(), after.end(), before.begin(), before.end())) {
-          out->db = db;
-          return Status::OK();
-        }
-        for (rocksdb::ColumnFamilyHandle* cf : out->handles) db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
-        db->Close().PermitUncheckedError();
-        delete db;
-        out->handles.clear();
-        s = rocksdb::Status::IOError("the writer deleted WAL files during every attempt to open");
-        continue;
-      }
-      // The writer may delete an obsolete WAL or table file while we list
-      // them (a missing table file reads as Corruption with paranoid checks).
-      const bool missing_file = s.ToString().find("No such file") != std::string::npos;
-      if (!s.IsIOError() && !s.IsNotFound() && !s.IsPathNotFound() && !missing_file) break;
-    }
-    return FromRocks(s, "open store " + path + " read-only", path);
-  }
-  db_options.create_if_missing = options.create_if_missing;
-  db_options.create_missing_column_families = true;
-  db_options.max_total_wal_size = options.max_unflushed_bytes ? options.max_unflushed_bytes : kDefaultMaxUnflushedBytes;
-  rocksdb::OptimisticTransactionDB* db = nullptr;
-  rocksdb::Status s =
-      rocksdb::OptimisticTransactionDB::Open(db_options, TransactionDbOptions(), path, cfs, &out->handles, &db);
-  if (!s.ok()) return FromRocks(s, "open store " + path, path);
-  out->txn_db = db;
-  out->db = db;
-  return Status::OK();
-}
-
-void RocksStore::CloseRocks(DbHandles* h) {
-  if (!h->db) return;
-  for (rocksdb::ColumnFamilyHandle* cf : h->handles) h->db->DestroyColumnFamilyHandle(cf).PermitUncheckedError();
-  h->db->Close().PermitUncheckedError();
-  delete h->db;
-  *h = DbHandles();
-}
-
-Status RocksStore::OpenDb(const std::string& path, const StoreOptions& options, bool read_only, rocksdb::Env* env) {
-  path_ = path;
-  pool_ = std::make_unique<boost::asio::thread_pool>(threads_);
-  DbHandles h;
-  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path, options, read_only, env, &h));
-  Adopt(h);
-  return Status::OK();
-}
-
-void RocksStore::Adopt(const DbHandles& h) {
-  ResetTensorCache();
-  txn_db_ = h.txn_db;
-  db_ = h.db;
-  handles_ = h.handles;
-  auto handle = [this](ColumnFamily cf) {
-    const auto i = static_cast<size_t>(cf);
-    return i < handles_.size() ? handles_[i] : nullptr;
-  };
-  const bool open = handles_.size() > static_cast<size_t>(ColumnFamily::kChunks);
-  meta_cf_ = open ? handle(ColumnFamily::kMeta) : nullptr;
-  snapshots_cf_ = open ? handle(ColumnFamily::kSnapshots) : nullptr;
-  tensors_cf_ = open ? handle(ColumnFamily::kTensors) : nullptr;
-  chunks_cf_ = open ? handle(ColumnFamily::kChunks) : nullptr;
-  chunk_deps_cf_ = handle(ColumnFamily::kChunkDeps);
-}
-
-
-RocksStore::~RocksStore() {
-  AbortIfPinned(this, path_);  // a Checkpointer's captures in flight would use it after free
-  if (pool_) pool_->join();
-  DbHandles h{txn_db_, db_, handles_};
-  CloseRocks(&h);
-}
-
-Status RocksStore::Refresh() {
-  if (!read_only_) return Status::OK();
-  // Open the new view first: on failure the old one stays usable. The
-  // commit log is read before it (see OpenReadOnlyInstance).
-  auto log = CommitLog::Read(path_);
-  DbHandles fresh;
-  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path_, StoreOptions(), /*read_only=*/true, env_, &fresh));
-  std::unique_lock<std::shared_mutex> lock(db_mu_);
-  DbHandles old{txn_db_, db_, handles_};
-  Adopt(fresh);
-  lock.unlock();
-  CloseRocks(&old);
-  {
-    // The new view is the newest: damage confirmed in an older one (a pack
-    // brought back from a copy since) is looked at again.
-    MutexLock latest_lock(&latest_mu_);
-    latest_.reset();
-    confirmed_damaged_.clear();
-  }
-  std::shared_lock<std::shared_mutex> view_lock(db_mu_);
-  return CheckCommitLog(log.ok() ? *log : std::nullopt).WithContext("refresh " + path_);
 }
 
 }  // namespace trainsnap::internal
@@ -474,12 +341,6 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreO
 
 Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
   return internal::RocksStore::OpenReadOnlyInstance(path);
-}
-
-Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress) {
-  auto* rocks = dynamic_cast<internal::RocksStore*>(&store);
-  if (rocks == nullptr) return Status::NotSupported("plan collection: not a store opened by Store::Open/OpenReadOnly");
-  return rocks->PlanCollection(steps, progress);
 }
 
 }  // namespace trainsnap

@@ -80,18 +80,18 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // The nodes of the two tables below, freed all at once with the writer:
   // freed one by one, their free() and glibc's merging of the freed chunks
   // grew faster than the count, to a twentieth of a 50,000-parameter
-  // commit (issue 18: linear scaling). A node erased (a failed AddTensor)
+  // commit (to scale linearly with the tensor count). A node erased (a failed AddTensor)
   // keeps its bytes until then. Declared before the tables: destroyed
   // after them. Used through the tables only, under mu_.
   std::pmr::monotonic_buffer_resource arena_;
   // Hashed, and put in key order once, by Commit: at 150,000 tensors an
-  // ordered map's inserts grew faster than the count (issue 18: linear
-  // scaling).
+  // ordered map's inserts grew faster than the count (to scale linearly
+  // with the tensor count).
   std::pmr::unordered_map<RecordKey, TensorRecord, RecordKeyHash> records_ GUARDED_BY(mu_){&arena_};
   // Every chunk this writer pinned: its stored bytes (0 until known) and
   // whether this writer's commit indexes it (its entry is then in
   // new_chunk_entries_). One table, not two: a node per chunk fewer to
-  // allocate and free (issue 18: linear scaling).
+  // allocate and free (to scale linearly with the tensor count).
   struct SeenChunk {
     uint64_t stored_bytes = 0;
     bool indexed = false;

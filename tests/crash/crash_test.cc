@@ -277,11 +277,22 @@ TEST(CrashTest, KillsDuringCreationLeaveADirectoryTheNextOpenMakesAStore) {
     ChildRun run = RunChild(path, 1, point, 0, delay_us, /*after_open=*/true);
     const std::string what = random ? "random kill at " + std::to_string(delay_us / 1000) + " ms" : point;
     ASSERT_TRUE(run.error.empty()) << "kill " << k << " (" << what << "): " << run.error;
+    // Acknowledged steps, less those a finished rollback deleted; a rollback
+    // in flight deletes all the later steps or none.
     std::set<int64_t> expected;
+    std::optional<int64_t> rollback_to;
     for (const std::string& l : run.lines) {
-      if (l[0] == 'C') expected.insert(std::strtoll(l.c_str() + 2, nullptr, 10));
+      const int64_t v = l.size() > 2 ? std::strtoll(l.c_str() + 2, nullptr, 10) : 0;
+      if (l[0] == 'C') {
+        expected.insert(v);
+        ++acknowledged;
+      } else if (l[0] == 'B') {
+        rollback_to = v;
+      } else if (l[0] == 'R') {
+        expected.erase(expected.upper_bound(v), expected.end());
+        rollback_to.reset();
+      }
     }
-    acknowledged += expected.size();
 
     // What a reader sees: nothing, a half-created store, or a store.
     std::string outcome;
@@ -308,6 +319,13 @@ TEST(CrashTest, KillsDuringCreationLeaveADirectoryTheNextOpenMakesAStore) {
     ASSERT_TRUE(list.ok()) << list.status().ToString();
     std::set<int64_t> present;
     for (const SnapshotInfo& info : *list) present.insert(info.step);
+    if (rollback_to) {
+      std::set<int64_t> later(expected.upper_bound(*rollback_to), expected.end());
+      size_t there = 0;
+      for (int64_t s : later) there += present.count(s);
+      EXPECT_TRUE(there == 0 || there == later.size()) << "kill " << k << ": a rollback was torn";
+      if (there == 0) expected.erase(expected.upper_bound(*rollback_to), expected.end());
+    }
     for (int64_t s : expected) EXPECT_TRUE(present.count(s)) << "kill " << k << ": acknowledged step " << s << " lost";
     Checkpointer checkpointer(**store);
     const int64_t next = present.empty() ? 1 : *present.rbegin() + 1;

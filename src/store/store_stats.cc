@@ -1,24 +1,26 @@
-// Stats: what the store holds and where its bytes are on disk.
-#include "store/rocks_store.h"
-#include "store/rocks_store_internal.h"
+#include "store/store_stats.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
 
+#include "store/garbage_collector.h"
+#include "store/keys.h"
 #include "store/pack_entry.h"
 #include "store/pack_set.h"
-#include "store/keys.h"
 #include "store/rocksdb_status.h"
+#include "store/store_files.h"
 
 namespace trainsnap::internal {
 
-Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  const std::string context = "stats " + path_;
+namespace fs = std::filesystem;
+
+Result<StoreStats> CollectStats(DbSession& session, Catalog& catalog, ChunkStore& chunks, const ProgressFn& progress) {
+  rocksdb::DB* const db = session.db();
+  const std::string context = "stats " + session.path();
   StoreStats stats;
-  auto list = ListInView();
+  auto list = catalog.ListInView();
   if (!list.ok()) return list.status().WithContext(context);
   for (const SnapshotInfo& info : *list) {
     ++stats.snapshots;
@@ -26,12 +28,12 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
     stats.referenced_bytes += info.stored_bytes;
   }
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> live;
-  Status s = CollectLiveChunks(&live);
+  Status s = GarbageCollector(session, catalog, chunks).CollectLiveChunks(&live);
   if (!s.ok()) return s.WithContext(context);
   uint64_t estimate = 0;
-  db_->GetIntProperty(chunks_cf_, "rocksdb.estimate-num-keys", &estimate);
+  db->GetIntProperty(session.cf(ColumnFamily::kChunks), "rocksdb.estimate-num-keys", &estimate);
   std::map<uint32_t, uint64_t> referenced;  // pack -> bytes the index references in it
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), session.cf(ColumnFamily::kChunks)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
     if (!hash.ok()) return hash.status().WithContext(context);
@@ -49,7 +51,7 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
   }
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), context + ": scan chunks"));
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+  for (const fs::directory_entry& e : fs::directory_iterator(session.path(), ec)) {
     std::error_code size_ec;
     const uint64_t size = e.is_regular_file(size_ec) ? e.file_size(size_ec) : 0;
     if (size_ec) continue;  // a file RocksDB removed while we listed
@@ -65,12 +67,12 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
       stats.other_bytes += size;
     }
   }
-  if (ec) return Status::IOError(context + ": list " + path_ + ": " + ec.message());
-  auto packs = packs_->List();
+  if (ec) return Status::IOError(context + ": list " + session.path() + ": " + ec.message());
+  auto packs = chunks.packs().List();
   if (!packs.ok()) return packs.status().WithContext(context);
   for (const auto& [pack, bytes] : referenced) {
-    const bool present = std::any_of(packs->begin(), packs->end(),
-                                     [pack = pack](const PackSet::FileInfo& f) { return f.pack == pack; });
+    const bool present =
+        std::any_of(packs->begin(), packs->end(), [pack = pack](const PackSet::FileInfo& f) { return f.pack == pack; });
     if (!present) {
       return Status::Corruption(context + ": pack file " + PackFileName(pack) + ", which the chunk index names, " +
                                 "is missing (a file of the store)");
@@ -85,5 +87,4 @@ Result<StoreStats> RocksStore::Stats(const ProgressFn& progress) {
   }
   return stats;
 }
-
 }  // namespace trainsnap::internal

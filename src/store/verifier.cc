@@ -1,6 +1,4 @@
-// Verify (every chunk re-read and re-hashed, every file checked) and Repair.
-#include "store/rocks_store.h"
-#include "store/rocks_store_internal.h"
+#include "store/verifier.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +13,8 @@
 #include <rocksdb/sst_file_reader.h>
 
 #include "store/keys.h"
+#include "store/messages.h"
+#include "store/pack_damage.h"
 #include "store/pack_entry.h"
 #include "store/pack_set.h"
 #include "store/parallel_for.h"
@@ -22,7 +22,7 @@
 
 namespace trainsnap::internal {
 
-// --- verification and statistics ------------------------------------------------
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -46,13 +46,11 @@ Status PackEnds(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, std::map<uint3
 
 }  // namespace
 
-Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  const std::string context = "verify " + path_;
+Result<VerifyReport> Verifier::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
+  const std::string context = "verify " + session_.path();
   std::vector<int64_t> steps;
   if (step) {
-    auto data = ReadSnapshotRecord(*step);
+    auto data = catalog_.ReadSnapshotRecord(*step);
     if (!data.ok() && data.status().code() != StatusCode::kCorruption &&
         data.status().code() != StatusCode::kNotSupported) {
       return data.status().WithContext(context);
@@ -66,7 +64,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     // Every snapshot record the scan finds is verified; a count that
     // disagrees with the scan is one of VerifyStore's problems.
     // A scan that fails is one more problem; the file checks above say where.
-    auto all = ListSteps(nullptr, /*check_counts=*/false);
+    auto all = catalog_.ListSteps(nullptr, /*check_counts=*/false);
     if (all.ok()) {
       steps = std::move(*all);
     } else {
@@ -83,17 +81,19 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     const int64_t s = steps[si];
     ++report.snapshots;
     if (progress) progress(si, steps.size());
-    auto record = ReadSnapshotRecord(s);
+    auto record = catalog_.ReadSnapshotRecord(s);
     if (!record.ok()) {
-      report.problems.push_back({s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record"), false, {}});
+      report.problems.push_back(
+          {s, 0, "", -1, {}, record.status().WithContext(StepName(s) + ": snapshot record"), false, {}});
       continue;
     }
     if (record->has_value() && (*record)->shared.chunk) {
       const ChunkRef& shared = *(*record)->shared.chunk;
       auto checked = shared_checked.find(shared.hash);
       if (checked == shared_checked.end()) {
-        checked = shared_checked.emplace(shared.hash, ReadSharedManifest(**record, rocksdb::ReadOptions()).status())
-                      .first;
+        checked =
+            shared_checked.emplace(shared.hash, catalog_.ReadSharedManifest(**record, rocksdb::ReadOptions()).status())
+                .first;
       }
       if (!checked->second.ok()) {
         report.problems.push_back({s, 0, "", -1, shared.hash, checked->second.WithContext(StepName(s)), false, {}});
@@ -108,24 +108,24 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       const size_t n = tensor.chunks.size();
       std::vector<Status> chunk_status(n);
       std::atomic<uint64_t> good_bytes{0};
-      static_cast<void>(ParallelFor(*pool_, n, [&](size_t ci) -> Status {
+      static_cast<void>(ParallelFor(pool_, n, [&](size_t ci) -> Status {
         const ChunkRef& ref = tensor.chunks[ci];
         const std::string chunk_where = where + ": chunk " + std::to_string(ci);
         // The whole encoded chunk (header included, also for raw chunks),
         // with RocksDB's checksums on for its index entry.
-        auto entry = LookupEntry(ref.hash, rocksdb::ReadOptions());
+        auto entry = chunks_.LookupEntry(ref.hash, rocksdb::ReadOptions());
         thread_local std::string value;
         if (!entry.ok()) {
           chunk_status[ci] = entry.status().WithContext(chunk_where);
         } else if (!entry->has_value()) {
           chunk_status[ci] =
               Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
-        } else if (Status read = ReadChunkValue(ref.hash, rocksdb::ReadOptions(), &value); !read.ok()) {
+        } else if (Status read = chunks_.ReadChunkValue(ref.hash, rocksdb::ReadOptions(), &value); !read.ok()) {
           chunk_status[ci] = read.WithContext(chunk_where);
         } else {
           thread_local std::vector<uint8_t> buffer;
           buffer.resize(ref.raw_bytes);
-          chunk_status[ci] = ReadChunkInto(ref, value, buffer.data()).WithContext(chunk_where);
+          chunk_status[ci] = chunks_.ReadChunkInto(ref, value, buffer.data()).WithContext(chunk_where);
           if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;
         }
         return Status::OK();
@@ -134,8 +134,14 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       report.bytes += good_bytes.load();
       for (size_t ci = 0; ci < n; ++ci) {
         if (!chunk_status[ci].ok()) {
-          report.problems.push_back({s, param_id, role, static_cast<int64_t>(ci), tensor.chunks[ci].hash,
-                                     std::move(chunk_status[ci]), false, {}});
+          report.problems.push_back({s,
+                                     param_id,
+                                     role,
+                                     static_cast<int64_t>(ci),
+                                     tensor.chunks[ci].hash,
+                                     std::move(chunk_status[ci]),
+                                     false,
+                                     {}});
         }
       }
     };
@@ -147,7 +153,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       for (const RecordGroupRef& group : data.groups) {
         tensors_seen += group.records;
         report.tensors += group.records;
-        auto records = ReadRecordGroup(group, rocksdb::ReadOptions());
+        auto records = catalog_.ReadRecordGroup(group, rocksdb::ReadOptions());
         if (!records.ok()) {
           report.problems.push_back(
               {s, 0, "", -1, group.chunk.hash, records.status().WithContext(StepName(s)), false, {}});
@@ -158,32 +164,39 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
       continue;
     }
     // A record that does not decode is a problem; the scan goes on.
-    Status scanned = ScanTensorRecords(s, rocksdb::ReadOptions(), [&](std::string_view key_bytes,
-                                                                       std::string_view value) {
-      ++tensors_seen;
-      ++report.tensors;
-      auto key = DecodeTensorKey(key_bytes);
-      if (!key.ok()) {
-        report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s)), false, {}});
-        return Status::OK();
-      }
-      const std::string where = StepName(s) + ": tensor param_id " + ParamIdHex(key->param_id) + " role " +
-                                key->role;
-      auto tensor = ParseTensorRecord(value, key->param_id, key->role);
-      if (!tensor.ok()) {
-        report.problems.push_back({s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where), false, {}});
-        return Status::OK();
-      }
-      verify_tensor(key->param_id, key->role, *tensor);
-      return Status::OK();
-    });
+    Status scanned =
+        catalog_.ScanTensorRecords(s, rocksdb::ReadOptions(), [&](std::string_view key_bytes, std::string_view value) {
+          ++tensors_seen;
+          ++report.tensors;
+          auto key = DecodeTensorKey(key_bytes);
+          if (!key.ok()) {
+            report.problems.push_back({s, 0, "", -1, {}, key.status().WithContext(StepName(s)), false, {}});
+            return Status::OK();
+          }
+          const std::string where =
+              StepName(s) + ": tensor param_id " + ParamIdHex(key->param_id) + " role " + key->role;
+          auto tensor = ParseTensorRecord(value, key->param_id, key->role);
+          if (!tensor.ok()) {
+            report.problems.push_back(
+                {s, key->param_id, key->role, -1, {}, tensor.status().WithContext(where), false, {}});
+            return Status::OK();
+          }
+          verify_tensor(key->param_id, key->role, *tensor);
+          return Status::OK();
+        });
     if (!scanned.ok()) {
       report.problems.push_back({s, 0, "", -1, {}, scanned.WithContext(StepName(s)), false, {}});
     } else if (record->has_value() && (*record)->info.tensors != tensors_seen) {
-      report.problems.push_back({s, 0, "", -1, {},
-                                 Status::Corruption(StepName(s) + ": snapshot record lists " +
-                                                    std::to_string((*record)->info.tensors) +
-                                                    " tensors, the store holds " + std::to_string(tensors_seen)), false, {}});
+      report.problems.push_back(
+          {s,
+           0,
+           "",
+           -1,
+           {},
+           Status::Corruption(StepName(s) + ": snapshot record lists " + std::to_string((*record)->info.tensors) +
+                              " tensors, the store holds " + std::to_string(tensors_seen)),
+           false,
+           {}});
     }
   }
   if (progress) progress(steps.size(), steps.size());
@@ -197,7 +210,7 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
   }
   std::set<int64_t> deleted;
   for (int64_t s : failed_steps) {
-    if (!read_only_) break;
+    if (!session_.read_only()) break;
     auto stored = StoredNow(s);
     if (stored.ok() && !*stored) deleted.insert(s);
   }
@@ -210,17 +223,17 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     report.deleted_meanwhile.assign(deleted.begin(), deleted.end());
   }
   // A writer stops deduplicating onto chunks that fail their hash.
-  if (!read_only_) {
+  if (!session_.read_only()) {
     std::vector<ChunkHash> bad;
     for (const VerifyProblem& p : report.problems) {
       if (!p.store && p.chunk_index >= 0 && p.status.code() == StatusCode::kCorruption) bad.push_back(p.hash);
     }
-    static_cast<void>(MarkUnusableWithDeltas(std::move(bad)));
+    static_cast<void>(chunks_.MarkUnusableWithDeltas(std::move(bad)));
   }
   return report;
 }
 
-void RocksStore::VerifyStore(VerifyReport* report) {
+void Verifier::VerifyStore(VerifyReport* report) {
   auto problem = [&](std::string file, Status status) {
     VerifyProblem p;
     p.store = true;
@@ -235,28 +248,27 @@ void RocksStore::VerifyStore(VerifyReport* report) {
   // the reader, and its absence would read as damage (seen under ASan: a
   // false "table file ... is missing"). Deletions are counted, so this
   // nests with any other holder; a read-only open deletes nothing.
-  const bool hold_deletions = txn_db_ != nullptr && db_->DisableFileDeletions().ok();
+  const bool hold_deletions = session_.txn_db() != nullptr && db()->DisableFileDeletions().ok();
   struct ResumeDeletions {
     rocksdb::DB* db;
     ~ResumeDeletions() {
       if (db != nullptr) db->EnableFileDeletions(/*force=*/false).PermitUncheckedError();
     }
-  } resume{hold_deletions ? db_ : nullptr};
+  } resume{hold_deletions ? db() : nullptr};
   std::vector<rocksdb::LiveFileMetaData> tables;
-  db_->GetLiveFilesMetaData(&tables);
-  std::sort(tables.begin(), tables.end(),
-            [](const rocksdb::LiveFileMetaData& a, const rocksdb::LiveFileMetaData& b) {
-              return a.relative_filename < b.relative_filename;
-            });
+  db()->GetLiveFilesMetaData(&tables);
+  std::sort(tables.begin(), tables.end(), [](const rocksdb::LiveFileMetaData& a, const rocksdb::LiveFileMetaData& b) {
+    return a.relative_filename < b.relative_filename;
+  });
   rocksdb::Options table_options;
-  if (env_ != nullptr) table_options.env = env_;
+  if (session_.env() != nullptr) table_options.env = session_.env();
   for (const rocksdb::LiveFileMetaData& table : tables) {
-    const std::string where = "table file " + table.relative_filename + " (column family " +
-                              table.column_family_name + ")";
+    const std::string where =
+        "table file " + table.relative_filename + " (column family " + table.column_family_name + ")";
     rocksdb::SstFileReader reader(table_options);
     rocksdb::Status s = reader.Open(table.directory + "/" + table.relative_filename);
     if (s.ok()) s = reader.VerifyChecksum();
-    if (!s.ok() && read_only_ && !TableLiveNow(table.relative_filename)) continue;  // compacted away since
+    if (!s.ok() && session_.read_only() && !TableLiveNow(table.relative_filename)) continue;  // compacted away since
     if (!s.ok()) {
       Status mapped = FromRocks(s, where);
       // Any failure to read back a file the MANIFEST lists is damage.
@@ -268,25 +280,21 @@ void RocksStore::VerifyStore(VerifyReport* report) {
   // start with the pack magic and hold the last chunk the index places in
   // it. The chunks themselves are checked by the reads below.
   std::map<uint32_t, uint64_t> pack_ends;
-  Status scanned = PackEnds(db_, chunks_cf_, &pack_ends, problem);
+  Status scanned = PackEnds(db(), session_.cf(ColumnFamily::kChunks), &pack_ends, problem);
   if (!scanned.ok()) problem("", scanned);
-  auto files = packs_->List();
+  auto files = chunks_.packs().List();
   std::vector<PackDamage> damage;
   if (files.ok()) damage = FindPackDamage(pack_ends, *files);
-  if (!damage.empty() && read_only_) {
+  if (!damage.empty() && session_.read_only()) {
     // This store's view may be older than a compaction that removed or cut
     // a pack since: what the writer's index names now decides.
-    uint64_t since = 0;
-    {
-      MutexLock lock(&latest_mu_);
-      since = latest_opens_;
-    }
-    auto view = NewerView(since);
+    auto newer = session_.NewerThan(session_.newer_opened());
     std::map<uint32_t, uint64_t> ends_now;
-    if (view.ok() &&
-        PackEnds((*view)->handles.db, (*view)->cf(ColumnFamily::kChunks), &ends_now, [](std::string, Status) {}).ok()) {
+    if (newer.ok() &&
+        PackEnds((*newer)->handles.db, (*newer)->handles.cf(ColumnFamily::kChunks), &ends_now, [](std::string, Status) {
+        }).ok()) {
       pack_ends = std::move(ends_now);
-      files = packs_->List();
+      files = chunks_.packs().List();
       damage = files.ok() ? FindPackDamage(pack_ends, *files) : std::vector<PackDamage>();
     }
   }
@@ -297,41 +305,41 @@ void RocksStore::VerifyStore(VerifyReport* report) {
     problem(std::string(kPackDir) + "/" + PackFileName(d.pack),
             Status::Corruption("pack file " + d.Describe() + (d.size ? "" : " (a file of the store)")));
   }
-  if (!read_only_) static_cast<void>(NoteDamage(damage));
+  if (!session_.read_only()) static_cast<void>(chunks_.NoteDamage(damage));
   for (const auto& [pack, end] : pack_ends) {
     if (damaged.count(pack) > 0) continue;
     const std::string file = std::string(kPackDir) + "/" + PackFileName(pack);
     char magic[kPackHeaderBytes] = {};
-    Status read = packs_->ReadAt(pack, 0, kPackHeaderBytes, reinterpret_cast<uint8_t*>(magic));
+    Status read = chunks_.packs().ReadAt(pack, 0, kPackHeaderBytes, reinterpret_cast<uint8_t*>(magic));
     if (read.ok() && std::string_view(magic, kPackHeaderBytes) != std::string_view(kPackMagic, kPackHeaderBytes)) {
       read = Status::Corruption("bad magic");
     }
     if (!read.ok()) problem(file, read.WithContext("pack file " + file));
   }
   // Every column family the store relies on, read at one snapshot.
-  rocksdb::ManagedSnapshot at(db_);
+  rocksdb::ManagedSnapshot at(db());
   rocksdb::ReadOptions ro;
   ro.snapshot = at.snapshot();
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, meta_cf_));
+    std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(ro, session_.cf(ColumnFamily::kMeta)));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
     }
     if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the meta column family"));
   }
-  auto counts = ReadCounts(at.snapshot());
+  auto counts = catalog_.ReadCounts(at.snapshot());
   if (!counts.ok()) problem("", counts.status());
-  auto steps = ListSteps(at.snapshot(), /*check_counts=*/counts.ok());
+  auto steps = catalog_.ListSteps(at.snapshot(), /*check_counts=*/counts.ok());
   if (!steps.ok()) problem("", steps.status());
   std::map<int64_t, uint64_t> leftovers;
-  Status s = FindLeftovers(at.snapshot(), &leftovers);
+  Status s = catalog_.FindLeftovers(at.snapshot(), &leftovers);
   if (!s.ok()) problem("", s.WithContext("scan the tensor records"));
   for (const auto& [leftover, records] : leftovers) {
     problem("", Status::Corruption(std::to_string(records) + " tensor records of " + StepName(leftover) +
                                    ", which has no snapshot record (leftovers of a deleted step; "
                                    "`trainsnap verify --repair` deletes them)"));
   }
-  if (chunk_deps_cf_ != nullptr) {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunk_deps_cf_));
+  if (session_.cf(ColumnFamily::kChunkDeps) != nullptr) {
+    std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(ro, session_.cf(ColumnFamily::kChunkDeps)));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
       auto base = DecodeChunkKey(std::string_view(it->value().data(), it->value().size()));
@@ -343,91 +351,39 @@ void RocksStore::VerifyStore(VerifyReport* report) {
     }
     if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the chunk_deps column family"));
   }
-  if (std::optional<LostCommits> loss = lost_commits()) {
+  if (std::optional<LostCommits> loss = catalog_.lost_commits()) {
     problem(CommitLog::kFileName,
             Status::Corruption(DescribeLoss(*loss) + " (acknowledge with `trainsnap verify --acknowledge-loss`)"));
   }
-  auto log = CommitLog::Read(path_);
+  auto log = CommitLog::Read(session_.path());
   if (!log.ok()) problem(CommitLog::kFileName, log.status());
 }
 
-bool RocksStore::TableLiveNow(const std::string& name) {
-  uint64_t since = 0;
-  {
-    MutexLock lock(&latest_mu_);
-    since = latest_opens_;
-  }
-  auto view = NewerView(since);
-  if (!view.ok()) return true;  // cannot tell: the failure stands
+bool Verifier::TableLiveNow(const std::string& name) {
+  auto newer = session_.NewerThan(session_.newer_opened());
+  if (!newer.ok()) return true;  // cannot tell: the failure stands
   std::vector<rocksdb::LiveFileMetaData> tables;
-  (*view)->handles.db->GetLiveFilesMetaData(&tables);
+  (*newer)->handles.db->GetLiveFilesMetaData(&tables);
   for (const rocksdb::LiveFileMetaData& t : tables) {
     if (t.relative_filename == name) return true;
   }
   return false;
 }
 
-Status RocksStore::FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers) {
-  rocksdb::ReadOptions ro;
-  ro.snapshot = at;
-  std::map<int64_t, uint64_t> per_step;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, tensors_cf_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    TRAINSNAP_ASSIGN_OR_RETURN(TensorKey key, DecodeTensorKey(std::string_view(it->key().data(), it->key().size())));
-    ++per_step[key.step];
+Result<bool> Verifier::StoredNow(int64_t step) {
+  rocksdb::DB* db = session_.db();
+  rocksdb::ColumnFamilyHandle* snapshots = session_.cf(ColumnFamily::kSnapshots);
+  std::shared_ptr<const DbSession::Newer> newer;
+  if (session_.read_only()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(newer, session_.NewerThan(session_.newer_opened()));
+    db = newer->handles.db;
+    snapshots = newer->handles.cf(ColumnFamily::kSnapshots);
   }
-  TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan tensor records"));
-  // A point look-up per step: a record that a scan skipped is still found.
-  for (const auto& [step, records] : per_step) {
-    std::string value;
-    rocksdb::Status s = db_->Get(ro, snapshots_cf_, EncodeStepKey(step), &value);
-    if (s.IsNotFound()) {
-      leftovers->emplace(step, records);
-    } else if (!s.ok()) {
-      return FromRocks(s, "read snapshot record of " + StepName(step));
-    }
-  }
-  return Status::OK();
-}
-
-Result<RepairReport> RocksStore::Repair() {
-  const std::string context = "repair " + path_;
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  MutexLock lock(&commit_mu_);
-  TRAINSNAP_RETURN_IF_ERROR(PrepareWrite().WithContext(context));
-  std::shared_lock<std::shared_mutex> view_lock;
-  TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
-  if (txn_db_ == nullptr) return recovery_error_.WithContext(context + ": store reopened read-only");
-  rocksdb::ManagedSnapshot at(db_);
-  // The snapshot records must agree with the counts: records of a snapshot
-  // that a failed read hid must not be taken for leftovers.
-  auto steps = ListSteps(at.snapshot());
-  if (!steps.ok()) return steps.status().WithContext(context + ": refusing to repair");
-  std::map<int64_t, uint64_t> leftovers;
-  TRAINSNAP_RETURN_IF_ERROR(FindLeftovers(at.snapshot(), &leftovers).WithContext(context));
-  RepairReport report;
-  if (leftovers.empty()) return report;
-  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> stored_counts, ReadCounts(at.snapshot()));
-  StoreCountsData counts = stored_counts.value_or(StoreCountsData());
-  rocksdb::WriteBatch batch;
-  rocksdb::ReadOptions ro;
-  ro.snapshot = at.snapshot();
-  for (const auto& [step, records] : leftovers) {
-    Status scanned = ScanTensorRecords(step, ro, [&](std::string_view key, std::string_view) {
-      ++report.tensor_records;
-      return FromRocks(batch.Delete(tensors_cf_, rocksdb::Slice(key.data(), key.size())),
-                       "delete leftover tensor record");
-    });
-    TRAINSNAP_RETURN_IF_ERROR(scanned.WithContext(context + ": " + StepName(step)));
-    report.steps.push_back(step);
-  }
-  ++counts.transactions;
-  TRAINSNAP_RETURN_IF_ERROR(PutCounts(&batch, counts));
-  rocksdb::WriteOptions wo;
-  wo.sync = sync_;
-  TRAINSNAP_RETURN_IF_ERROR(CheckWrite(db_->Write(wo, &batch), context));
-  TRAINSNAP_RETURN_IF_ERROR(NoteTransaction(counts).WithContext(context));
-  return report;
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), snapshots, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return false;
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read snapshot record of " + StepName(step)));
+  return true;
 }
 
 }  // namespace trainsnap::internal

@@ -1,6 +1,4 @@
-// Column families, their tuning and the database options of a store.
-#include "store/rocks_store.h"
-#include "store/rocks_store_internal.h"
+#include "store/schema.h"
 
 #include <cstdarg>
 #include <memory>
@@ -8,6 +6,8 @@
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/table.h>
+
+#include "store/column_families.h"
 
 namespace trainsnap::internal {
 
@@ -33,8 +33,8 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
   chunks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // And so does one in the memtable, which holds the index entries of the
   // latest commits: without it each miss descended the skip list, a cache
-  // miss per level, deeper the more entries a capture commits (issue 18:
-  // linear scaling). 2 % of the write buffer: an index entry takes about
+  // miss per level, deeper the more entries a capture commits (to scale linearly
+  // with the tensor count). 2 % of the write buffer: an index entry takes about
   // 65 bytes of it (16-byte key, 28-byte value, RocksDB's framing and skip
   // list node), so about 10 filter bits per entry.
   chunks.memtable_prefix_bloom_size_ratio = 0.02;
