@@ -37,8 +37,9 @@ struct DistributedOptions {
   // was captured with (ContractMismatch).
   bool optimizer_replicated = true;
   // At every capture, the ranks compare the XXH3 of every replicated tensor
-  // (hashed on a pool of CheckpointerOptions::threads threads while the
-  // capture stages; compared by the committers); a divergence fails the step
+  // (hashed on a pool of CheckpointerOptions::threads threads, else
+  // StoreOptions::threads, else up to 8, while the capture stages; compared
+  // by the committers); a divergence fails the step
   // on every rank with InvalidArgument naming the first differing tensor (by
   // name, then role) and the ranks whose bytes differ from rank 0's. Every
   // rank must set the same value (InvalidArgument otherwise).

@@ -288,8 +288,10 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
     }
     TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> global_list, global_->List());
     for (const SnapshotInfo& info : global_list) {
-      TRAINSNAP_ASSIGN_OR_RETURN(GlobalRecord record, ReadGlobalRecord(info.step));
-      worlds[info.step] = record.world_size;
+      TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, global_->Manifest(info.step));
+      Result<GlobalRecord> record = ParseGlobalRecord(bytes);
+      if (!record.ok()) return record.status().WithContext("global " + StepText(info.step));
+      worlds[info.step] = record->world_size;
     }
     StoreOptions local_options = options_.store;
     local_options.retention = RetentionPolicy{};  // applied to global steps by the committer
@@ -335,9 +337,12 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
   try {
     CheckpointerOptions checkpointer_options = options_.checkpointer;
     if (options_.model_replicated || options_.optimizer_replicated) {
+      // Several ranks share a node: a rank's hashing takes at most 8 of its
+      // cores unless the options name a thread count.
       const int threads = options_.checkpointer.threads > 0 ? options_.checkpointer.threads
-                          : options_.store.threads > 0      ? options_.store.threads
-                                                            : static_cast<int>(std::thread::hardware_concurrency());
+                          : options_.store.threads > 0
+                              ? options_.store.threads
+                              : std::min(8, static_cast<int>(std::thread::hardware_concurrency()));
       placement_ = std::make_unique<ReplicaPlacement>(options_.model_replicated, options_.optimizer_replicated,
                                                       options_.verify_replicas, rank(), size(), threads);
       checkpointer_options.placement = placement_.get();
