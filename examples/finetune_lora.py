@@ -3,7 +3,9 @@
 
 A frozen base (two Linear layers) with low-rank adapters, AdamW with a
 warm-up LambdaLR, gradient accumulation over weighted micro-steps, dropout, a
-DataLoader shuffled by a seeded generator whose cursor is in the snapshot.
+DataLoader with 2 workers over a shuffled trainsnap.ResumableSampler whose
+position (what the loop consumed, not what the workers prefetched) is in the
+snapshot.
 Kill it at any moment and run it again: it resumes from the latest snapshot
 and ends bitwise where an uninterrupted run ends.
 
@@ -55,35 +57,6 @@ class Model(nn.Module):
         return self.l2(self.dropout(torch.relu(self.l1(x))))
 
 
-class Cursor:
-    """Where the shuffled DataLoader stands (Stateful: state_dict/load_state_dict)."""
-
-    def __init__(self, loader, generator):
-        self.loader, self.generator = loader, generator
-        self.epoch, self.position, self.epoch_start, self._it = 0, 0, generator.get_state(), None
-
-    def next(self):
-        if self._it is None:  # after a restore: replay the epoch's order up to the position
-            self.generator.set_state(self.epoch_start)
-            self._it = iter(self.loader)
-            for _ in range(self.position):
-                next(self._it)
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self.epoch, self.position, self.epoch_start = self.epoch + 1, 0, self.generator.get_state()
-            self._it = iter(self.loader)
-            batch = next(self._it)
-        self.position += 1
-        return batch
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "position": self.position, "epoch_start": self.epoch_start.clone()}
-
-    def load_state_dict(self, state):
-        self.epoch, self.position, self.epoch_start, self._it = state["epoch"], state["position"], state["epoch_start"], None
-
-
 def make_run():
     torch.manual_seed(0)
     random.seed(0)
@@ -91,18 +64,19 @@ def make_run():
     data_gen = torch.Generator().manual_seed(1)
     x = torch.randn(256, WIDTH, generator=data_gen)
     y = torch.tanh(x @ torch.randn(WIDTH, WIDTH, generator=data_gen) / WIDTH ** 0.5)
-    generator = torch.Generator().manual_seed(2)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16, shuffle=True,
-                                         generator=generator)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    sampler = trainsnap.ResumableSampler(dataset, shuffle=True, seed=2)
+    # The loader's own generator: starting an epoch does not draw from torch's global RNG.
+    loader = torch.utils.data.DataLoader(dataset, batch_size=16, sampler=sampler, num_workers=2,
+                                         generator=torch.Generator().manual_seed(3))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 5))
     window = trainsnap.AccumulationWindow(size=WINDOW)
-    return dict(model=model, optimizer=opt, scheduler=sched, accumulation=window, extra={"data": Cursor(loader, generator)})
+    return dict(model=model, optimizer=opt, scheduler=sched, accumulation=window, extra={"data": loader})
 
 
-def micro_step(state):
+def micro_step(state, x, y):
     model, opt, sched, window = state["model"], state["optimizer"], state["scheduler"], state["accumulation"]
-    x, y = state["extra"]["data"].next()
     weight = 1.0 + 0.1 * random.random()  # Python's RNG is part of the snapshot too
     loss = nn.functional.mse_loss(model(x), y) * weight
     loss.backward()
@@ -126,7 +100,7 @@ def final_state(state):
             "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
             "optimizer": opt.state_dict(), "scheduler_last_epoch": state["scheduler"].last_epoch,
             "window": (state["accumulation"].micro_step, state["accumulation"].weight_sum),
-            "cursor": state["extra"]["data"].state_dict(), "torch_rng": torch.get_rng_state(),
+            "sampler": state["extra"]["data"].sampler.state_dict(), "torch_rng": torch.get_rng_state(),
             "random": random.getstate()}
 
 
@@ -143,14 +117,17 @@ def train(args):
             print(f"resumed from micro-step {done}", flush=True)
     start = time.perf_counter()
     while done < total:
-        loss = micro_step(state)
-        done += 1
-        if ckpt:
-            ckpt.capture_async(done, **state)
-        if args.kill_at == done:
-            print(f"micro-step {done}: loss {loss:.5f}, SIGKILL (snapshot {done} queued, maybe not committed)",
-                  flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        for x, y in state["extra"]["data"]:  # each pass: the next epoch, or the rest of the restored one
+            loss = micro_step(state, x, y)
+            done += 1
+            if ckpt:
+                ckpt.capture_async(done, **state)
+            if args.kill_at == done:
+                print(f"micro-step {done}: loss {loss:.5f}, SIGKILL (snapshot {done} queued, maybe not committed)",
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if done == total:
+                break
     if ckpt:
         ckpt.flush()
     print(f"{total} micro-steps done ({time.perf_counter() - start:.2f} s this run)", flush=True)
@@ -196,7 +173,7 @@ def demo(args):
     if different:
         print(f"demo: resumed run differs from the reference in {different}", file=sys.stderr)
         return 1
-    print("-- bitwise identical: parameters, gradients, optimizer, scheduler, window, data cursor, RNG")
+    print("-- bitwise identical: parameters, gradients, optimizer, scheduler, window, sampler position, RNG")
     return 0
 
 

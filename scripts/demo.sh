@@ -3,7 +3,9 @@
 # fine-tune that snapshots every micro-step, kills it with SIGKILL mid-run,
 # resumes it in a fresh process and proves the result bitwise identical to an
 # uninterrupted run; ends with a summary of the store. Then the same in Python
-# (examples/finetune_lora.py) when the binding is built, and with a 4-rank
+# (examples/finetune_lora.py) when the binding is built, a Python DDP job under
+# torchrun (examples/ddp_finetune.py: one rank killed, torchrun restarts every
+# rank, each bitwise identical to an uninterrupted job), and with a 4-rank
 # data-parallel job (examples/train_data_parallel.cc): one rank killed,
 # every rank resumed from the same global step, each bitwise identical; then
 # a 4-rank run restored on 2 ranks (a lost node), which train on.
@@ -46,6 +48,10 @@ if [[ -f "${BUILD_DIR}/python/interpreter" ]]; then
   PYTHON=$(cat "${BUILD_DIR}/python/interpreter")
   echo "== Python demo: examples/finetune_lora.py (${PYTHON})"
   PYTHONPATH="${BUILD_DIR}/python" "$PYTHON" examples/finetune_lora.py demo "$WORK_DIR/python" --steps 20
+  echo "== Python under torchrun: examples/ddp_finetune.py (2 ranks, DDP on Gloo; one rank SIGKILLed, all restarted)"
+  # Exits non-zero unless every rank ends bitwise identical to an
+  # uninterrupted job.
+  PYTHONPATH="${BUILD_DIR}/python" "$PYTHON" examples/ddp_finetune.py demo "$WORK_DIR/ddp" --steps 24
 else
   echo "== no Python demo: the binding was not built (the configure output says why)"
 fi

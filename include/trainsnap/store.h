@@ -178,6 +178,14 @@ struct GcReport {
   uint64_t packs_removed = 0;
   uint64_t pack_bytes_rewritten = 0;
   uint64_t pack_bytes_freed = 0;
+  // What the collection could not do (docs/reliability.md, "Damaged
+  // packs"): pack files it left as they are, one line each: those the chunk
+  // index names that are missing or shorter than it says
+  // ("packs/pack-00000001.pack is missing"), and those whose chunks could not
+  // be read to compact them; and the snapshots that need chunks lost with
+  // them (or a chunk that fails its hash), ascending. Empty when none.
+  std::vector<std::string> damaged_packs;
+  std::vector<int64_t> damaged_steps;
 };
 
 struct PruneReport {
@@ -191,7 +199,10 @@ struct VerifyProblem {
   std::string role;         // empty when the manifest itself is bad
   int64_t chunk_index = -1; // -1 when the problem is not a single chunk
   ChunkHash hash;
-  Status status;            // Corruption or NotFound, with details
+  // Corruption (damaged bytes), NotFound (a referenced chunk missing) or
+  // IOError (a file that cannot be read: permission denied, a failing disk),
+  // with details.
+  Status status;
   // A problem of the whole store (a damaged table or pack file, a count that
   // disagrees, lost commits, leftover records) names no snapshot: `store` is
   // true and `step` is 0; `file` names the damaged file when there is one.
@@ -205,6 +216,9 @@ struct VerifyReport {
   uint64_t chunks = 0;  // chunk references checked
   uint64_t bytes = 0;   // raw bytes re-hashed
   std::vector<VerifyProblem> problems;
+  // Read-only stores: snapshots of the store's view that the writer deleted
+  // while Verify read them (not problems), ascending.
+  std::vector<int64_t> deleted_meanwhile;
   bool ok() const { return problems.empty(); }
 };
 
@@ -320,6 +334,9 @@ class Store {
   virtual const StoreOptions& options() const = 0;
   // Read-only stores: catch up with snapshots the writer committed since.
   virtual Status Refresh() = 0;
+  // What the open found and put right on its own, one line each (a store
+  // creation that a crash had interrupted, done again); empty when nothing.
+  virtual std::vector<std::string> open_notes() const { return {}; }
 
   // Committed snapshots that were lost since the store's commit log recorded
   // them (a damaged or deleted write-ahead log), found at open or by

@@ -4,6 +4,10 @@
 // scheduler, extras, Python RNG; python/trainsnap/_state.py) as
 // TensorStateful. The GIL is released while the C++ core works; it is taken
 // back only inside the adapters, which run on the calling thread.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,10 +18,13 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/torch.h>
 
+#include "stand_ins.h"
 #include "trainsnap/checkpointer.h"
+#include "trainsnap/distributed.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -53,6 +60,12 @@ void Check(const Status& status) {
   if (!status.ok()) Raise(status);
 }
 
+// The exception `status` raises, not raised: None for OK (GIL held).
+py::object ErrorOf(const Status& status) {
+  if (status.ok()) return py::none();
+  return py::reinterpret_borrow<py::object>(errors().by_code.at(status.code()))(status.message());
+}
+
 // Whether `e` is no Exception (KeyboardInterrupt, SystemExit, GeneratorExit):
 // the binding re-raises those as they are once the C++ call has returned.
 bool IsBaseOnly(const py::error_already_set& e) { return !e.matches(PyExc_Exception); }
@@ -75,11 +88,37 @@ auto WithoutGil(Fn&& fn) {
   return fn();
 }
 
+// The process that opened a store, checkpointer or process group. RocksDB's
+// lock, the pipelines' threads and c10d's connections stay with that process
+// across fork(): a forked child may neither use such an object (it would
+// hang or corrupt the parent's files) nor close it.
+class Owner {
+ public:
+  Owner() : pid_(getpid()) {}
+  bool here() const { return getpid() == pid_; }
+  // InvalidArgument in a forked child (GIL held).
+  void Check(const std::string& what) const {
+    if (here()) return;
+    Raise(Status::InvalidArgument(what + " was opened by process " + std::to_string(pid_) + "; process " +
+                                  std::to_string(getpid()) + " is a fork of it and cannot use it: open it again in "
+                                  "the child (its threads, locks and connections stay with the parent)"));
+  }
+
+ private:
+  const pid_t pid_;
+};
+
 // Drops `p` without the GIL (held on entry): the last reference to a Store
-// or Checkpointer closes it, which waits (RocksDB, captures in flight).
+// or Checkpointer closes it, which waits (RocksDB, captures in flight). In a
+// forked child the object is leaked instead: its destructor would wait for
+// threads that do not exist there, or release the parent's lock.
 template <class T>
-void DropWithoutGil(std::shared_ptr<T>& p) {
+void Release(std::shared_ptr<T>& p, const Owner& owner) {
   if (!p) return;
+  if (!owner.here()) {
+    new std::shared_ptr<T>(std::move(p));  // deliberately never deleted (see above)
+    return;
+  }
   py::gil_scoped_release release;
   p.reset();
 }
@@ -90,8 +129,8 @@ void DropWithoutGil(std::shared_ptr<T>& p) {
 template <class T>
 class Lease {
  public:
-  explicit Lease(std::shared_ptr<T> p) : p_(std::move(p)) {}
-  ~Lease() { DropWithoutGil(p_); }
+  Lease(std::shared_ptr<T> p, const Owner& owner) : p_(std::move(p)), owner_(owner) {}
+  ~Lease() { Release(p_, owner_); }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
   T& operator*() const { return *p_; }
@@ -99,8 +138,8 @@ class Lease {
 
  private:
   std::shared_ptr<T> p_;
+  const Owner owner_;
 };
-
 // A Python adapter object with save() -> (type, bytes, {name: Tensor}) and
 // load(type, bytes, {name: Tensor}). A KeyboardInterrupt or another
 // non-Exception raised inside is Aborted for the C++ core (which undoes the
@@ -193,10 +232,11 @@ std::shared_ptr<torch::nn::Module> Mirror(py::handle module, std::map<PyObject*,
 class PyStore {
  public:
   explicit PyStore(std::unique_ptr<Store> store, std::string path) : store_(std::move(store)), path_(std::move(path)) {}
-  ~PyStore() { DropWithoutGil(store_); }
+  ~PyStore() { Release(store_, owner_); }
 
-  // The Store for one call; InvalidArgument once closed (GIL held).
-  Lease<Store> Use() { return Lease<Store>(Share(false)); }
+  // The Store for one call; InvalidArgument once closed or in a forked
+  // child (GIL held).
+  Lease<Store> Use() { return Lease<Store>(Share(false), owner_); }
 
   // The Store for a new Checkpointer, counted as a user until RemoveUser().
   std::shared_ptr<Store> AddUser() { return Share(true); }
@@ -209,6 +249,7 @@ class PyStore {
   // last call in flight on another thread returns. Busy while Checkpointers
   // (not yet closed) use it.
   void Close() {
+    owner_.Check(What());
     std::shared_ptr<Store> dropped;
     int users = 0;
     {
@@ -217,25 +258,29 @@ class PyStore {
       if (users == 0) dropped = std::move(store_);
     }
     if (users > 0) {
-      Raise(Status::Busy("store `" + path_ + "`: " + std::to_string(users) +
-                         " Checkpointer(s) still use it; close them first"));
+      Raise(Status::Busy(What() + ": " + std::to_string(users) + " Checkpointer(s) still use it; close them first"));
     }
-    DropWithoutGil(dropped);
+    Release(dropped, owner_);
   }
   const std::string& path() const { return path_; }
+  const Owner& owner() const { return owner_; }
 
  private:
+  std::string What() const { return "store `" + path_ + "`"; }
+
   std::shared_ptr<Store> Share(bool add_user) {
+    owner_.Check(What());
     std::shared_ptr<Store> store;
     {
       std::lock_guard<std::mutex> lock(mu_);
       store = store_;
       if (store && add_user) ++users_;
     }
-    if (!store) Raise(Status::InvalidArgument("store `" + path_ + "` is closed"));
+    if (!store) Raise(Status::InvalidArgument(What() + " is closed"));
     return store;
   }
 
+  const Owner owner_;
   std::mutex mu_;
   std::shared_ptr<Store> store_;
   int users_ = 0;
@@ -257,10 +302,24 @@ Gradients ParseGradients(const std::string& name) {
   Raise(Status::InvalidArgument("gradients must be \"auto\", \"always\" or \"never\", not \"" + name + "\""));
 }
 
+CheckpointerOptions MakeCheckpointerOptions(const std::string& model_state, const std::string& gradients,
+                                            const std::string& base_label, bool hash_base_content,
+                                            int max_captures_in_flight) {
+  CheckpointerOptions options;
+  options.model_state = ParseModelState(model_state);
+  options.gradients = ParseGradients(gradients);
+  options.base_label = base_label;
+  options.hash_base_content = hash_base_content;
+  if (max_captures_in_flight < 0) Raise(Status::InvalidArgument("max_captures_in_flight must be >= 0"));
+  options.max_captures_in_flight = max_captures_in_flight;
+  return options;
+}
+
 // The live objects of one call, kept alive while the C++ core uses them.
 struct Target {
-  std::shared_ptr<torch::nn::Module> model;
+  std::vector<std::shared_ptr<torch::nn::Module>> models;
   std::vector<std::unique_ptr<PyTensorStateful>> adapters;
+  StandIns stand_ins;
   TrainingState state;
 };
 
@@ -272,12 +331,20 @@ void ReraiseInterrupt(const Target& target) {
   }
 }
 
-Target MakeTarget(py::object model, py::dict adapters, AccumulationWindow* window, bool rng) {
+// `models`: key -> nn.Module, "" for TrainingState::model; `adapters`:
+// tensor_extra key -> adapter object (python/trainsnap/_state.py).
+Target MakeTarget(const py::dict& models, const py::dict& adapters, AccumulationWindow* window, bool rng) {
   Target target;
-  if (!model.is_none()) {
-    std::map<PyObject*, std::shared_ptr<torch::nn::Module>> seen;
-    target.model = Mirror(model, seen);
-    target.state.model = target.model.get();
+  std::map<PyObject*, std::shared_ptr<torch::nn::Module>> seen;  // shared across models: a shared submodule stays one
+  for (auto item : models) {
+    const std::string key = item.first.cast<std::string>();
+    std::shared_ptr<torch::nn::Module> mirror = Mirror(item.second, seen);
+    if (key.empty()) {
+      target.state.model = mirror.get();
+    } else {
+      target.state.models[key] = mirror.get();
+    }
+    target.models.push_back(std::move(mirror));
   }
   for (auto item : adapters) {
     auto adapter = std::make_unique<PyTensorStateful>(py::reinterpret_borrow<py::object>(item.second));
@@ -287,6 +354,37 @@ Target MakeTarget(py::object model, py::dict adapters, AccumulationWindow* windo
   target.state.accumulation = window;
   target.state.rng = rng;
   return target;
+}
+
+// The first error a call hid from its caller (an interrupt raised in its
+// place), for the next flush to report. Thread-safe.
+class Unreported {
+ public:
+  void Add(const Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_.ok()) first_ = status;
+  }
+  Status Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status first = std::move(first_);
+    first_ = Status::OK();
+    return first;
+  }
+
+ private:
+  std::mutex mu_;
+  Status first_;
+};
+
+// After a failed capture: re-raises the interrupt an adapter raised during
+// it, if any (GIL held); the status it replaced stays in `unreported`.
+void ReraiseCaptureInterrupt(const Target& target, const Status& status, Unreported& unreported) {
+  for (const auto& adapter : target.adapters) {
+    if (adapter->interrupt().has_value()) {
+      unreported.Add(status);
+      throw *adapter->interrupt();
+    }
+  }
 }
 
 // The Python Checkpointer's reference to the C++ Checkpointer, which holds a
@@ -300,63 +398,203 @@ class PyCheckpointer {
     checkpointer_ = std::shared_ptr<Checkpointer>(new Checkpointer(ref, std::move(options)),
                                                   [cpp_store](Checkpointer* c) { delete c; });
   }
-  ~PyCheckpointer() { Close(); }
+  ~PyCheckpointer() {
+    if (owner_.here()) {
+      Close();
+    } else {
+      Release(checkpointer_, owner_);
+    }
+  }
 
   // Drops the wrapper's reference and releases the Python Store. The C++
   // Checkpointer (waiting for its captures in flight) closes now, or when
   // the last call in flight on another thread returns.
   void Close() {
+    owner_.Check("the Checkpointer");
     std::shared_ptr<Checkpointer> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
       dropped = std::move(checkpointer_);
     }
     if (!dropped) return;
-    DropWithoutGil(dropped);
+    Release(dropped, owner_);
     store_->RemoveUser();
   }
 
-  // The Checkpointer for one call; InvalidArgument once closed (GIL held).
+  // The Checkpointer for one call; InvalidArgument once closed or in a
+  // forked child (GIL held).
   Lease<Checkpointer> Use() {
+    owner_.Check("the Checkpointer");
     std::shared_ptr<Checkpointer> checkpointer;
     {
       std::lock_guard<std::mutex> lock(mu_);
       checkpointer = checkpointer_;
     }
     if (!checkpointer) Raise(Status::InvalidArgument("the Checkpointer is closed"));
-    return Lease<Checkpointer>(std::move(checkpointer));
+    return Lease<Checkpointer>(std::move(checkpointer), owner_);
   }
 
-  CaptureHandle CaptureAsync(int64_t step, py::object model, py::dict adapters, AccumulationWindow* window,
-                             bool rng) {
+  CaptureHandle CaptureAsync(int64_t step, const py::dict& models, const py::dict& adapters,
+                             AccumulationWindow* window, bool rng) {
     Lease<Checkpointer> checkpointer = Use();
-    Target target = MakeTarget(std::move(model), std::move(adapters), window, rng);
+    Target target = MakeTarget(models, adapters, window, rng);
     Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer->CaptureAsync(step, target.state); });
-    ReraiseInterrupt(target);
+    if (!handle.ok()) ReraiseCaptureInterrupt(target, handle.status(), unreported_);
     Check(handle.status());
     return *handle;
   }
 
-  int64_t Restore(std::optional<int64_t> step, py::object model, py::dict adapters, AccumulationWindow* window,
-                  bool rng, const RestoreOptions& options) {
+  // partial: stand-ins for the parts of the snapshot `models`/`adapters`/
+  // `window` leave out. sources_dir: the run directory whose rank stores
+  // hold the tensors a distributed snapshot placed elsewhere ("" = none).
+  int64_t Restore(std::optional<int64_t> step, const py::dict& models, const py::dict& adapters,
+                  AccumulationWindow* window, bool rng, const RestoreOptions& options, bool partial,
+                  const std::string& sources_dir);
+
+  Status Flush() {
     Lease<Checkpointer> checkpointer = Use();
-    Target target = MakeTarget(std::move(model), std::move(adapters), window, rng);
-    Result<int64_t> restored = WithoutGil([&]() -> Result<int64_t> {
+    return WithoutGil([&] { return checkpointer->Flush(); });
+  }
+
+  // The first capture error that an interrupt replaced since the last call.
+  Status TakeUnreported() { return unreported_.Take(); }
+
+ private:
+  const Owner owner_;
+  const std::shared_ptr<PyStore> store_;
+  std::mutex mu_;
+  std::shared_ptr<Checkpointer> checkpointer_;
+  Unreported unreported_;
+};
+
+// The rank stores of a run directory (DistributedCheckpointer's layout:
+// <run_dir>/rank-NNNNN), opened read-only on first use, for a restore of
+// one rank's snapshot outside the run (evaluation loading).
+class RunDirSources final : public TensorSources {
+ public:
+  explicit RunDirSources(std::string run_dir) : run_dir_(std::move(run_dir)) {}
+
+  Result<Store*> Source(const std::string& source) override {
+    if (source.rfind("rank-", 0) != 0 || source.find('/') != std::string::npos) {
+      return Status::Corruption("the snapshot names source `" + source + "`, no rank store of a run directory");
+    }
+    std::unique_ptr<Store>& store = stores_[source];
+    if (!store) {
+      TRAINSNAP_ASSIGN_OR_RETURN(store, Store::OpenReadOnly(run_dir_ + "/" + source));
+    }
+    return store.get();
+  }
+
+ private:
+  const std::string run_dir_;
+  std::map<std::string, std::unique_ptr<Store>> stores_;
+};
+
+int64_t PyCheckpointer::Restore(std::optional<int64_t> step, const py::dict& models, const py::dict& adapters,
+                                AccumulationWindow* window, bool rng, const RestoreOptions& options, bool partial,
+                                const std::string& sources_dir) {
+  Lease<Checkpointer> checkpointer = Use();
+  Lease<Store> store = store_->Use();
+  Target target = MakeTarget(models, adapters, window, rng);
+  RunDirSources sources(sources_dir);
+  RestoreOptions restore_options = options;
+  if (!sources_dir.empty()) restore_options.sources = &sources;
+  Result<int64_t> restored = WithoutGil([&]() -> Result<int64_t> {
+    if (!partial) {
       if (step.has_value()) {
-        TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(*step, target.state, options));
+        TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(*step, target.state, restore_options));
         return *step;
       }
-      return checkpointer->RestoreLatest(target.state, options);
+      return checkpointer->RestoreLatest(target.state, restore_options);
+    }
+    int64_t at = 0;
+    if (step.has_value()) {
+      at = *step;
+    } else {
+      Result<std::optional<int64_t>> latest = store->Latest();
+      if (!latest.ok()) return latest.status().WithContext("restore latest");
+      if (!latest->has_value()) return Status::NotFound("restore latest: the store holds no snapshot");
+      at = **latest;
+    }
+    TRAINSNAP_RETURN_IF_ERROR(
+        AddStandIns(*store, at, &target.state, &target.stand_ins).WithContext("restore step " + std::to_string(at)));
+    TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(at, target.state, restore_options));
+    return at;
+  });
+  ReraiseInterrupt(target);
+  Check(restored.status());
+  return *restored;
+}
+
+// The Python DistributedCheckpointer's C++ one. Thread-compatible, as the
+// C++ class: one training thread per rank drives it.
+class PyDistributed {
+ public:
+  PyDistributed(const std::string& run_dir, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                DistributedOptions options) {
+    Result<std::unique_ptr<DistributedCheckpointer>> opened =
+        WithoutGil([&] { return DistributedCheckpointer::Open(run_dir, group, std::move(options)); });
+    Check(opened.status());
+    checkpointer_ = std::shared_ptr<DistributedCheckpointer>(std::move(opened).value());
+  }
+  ~PyDistributed() { Release(checkpointer_, owner_); }
+
+  // Waits for the captures in flight (the C++ destructor) and closes.
+  void Close() {
+    owner_.Check("the DistributedCheckpointer");
+    Release(checkpointer_, owner_);
+  }
+
+  DistributedCheckpointer& Use() {
+    owner_.Check("the DistributedCheckpointer");
+    if (!checkpointer_) Raise(Status::InvalidArgument("the DistributedCheckpointer is closed"));
+    return *checkpointer_;
+  }
+
+  CaptureHandle CaptureAsync(int64_t step, const py::dict& models, const py::dict& adapters,
+                             AccumulationWindow* window, bool rng) {
+    DistributedCheckpointer& checkpointer = Use();
+    Target target = MakeTarget(models, adapters, window, rng);
+    Result<CaptureHandle> handle = WithoutGil([&] { return checkpointer.CaptureAsync(step, target.state); });
+    if (!handle.ok()) ReraiseCaptureInterrupt(target, handle.status(), unreported_);
+    Check(handle.status());
+    return *handle;
+  }
+
+  // step: nullopt = the latest global step. Returns the step restored.
+  int64_t Restore(std::optional<int64_t> step, const py::dict& models, const py::dict& adapters,
+                  AccumulationWindow* window, bool rng, bool rollback) {
+    DistributedCheckpointer& checkpointer = Use();
+    Target target = MakeTarget(models, adapters, window, rng);
+    Result<int64_t> restored = WithoutGil([&]() -> Result<int64_t> {
+      if (!step.has_value()) return checkpointer.RestoreLatest(target.state);
+      TRAINSNAP_RETURN_IF_ERROR(rollback ? checkpointer.RollbackTo(*step, target.state)
+                                         : checkpointer.Restore(*step, target.state));
+      return *step;
     });
     ReraiseInterrupt(target);
     Check(restored.status());
     return *restored;
   }
 
+  Status Flush() {
+    DistributedCheckpointer& checkpointer = Use();
+    return WithoutGil([&] { return checkpointer.Flush(); });
+  }
+
+  std::vector<int64_t> Steps() {
+    DistributedCheckpointer& checkpointer = Use();
+    Result<std::vector<int64_t>> steps = WithoutGil([&] { return checkpointer.Steps(); });
+    Check(steps.status());
+    return *steps;
+  }
+
+  Status TakeUnreported() { return unreported_.Take(); }
+
  private:
-  const std::shared_ptr<PyStore> store_;
-  std::mutex mu_;
-  std::shared_ptr<Checkpointer> checkpointer_;
+  const Owner owner_;
+  std::shared_ptr<DistributedCheckpointer> checkpointer_;
+  Unreported unreported_;
 };
 
 py::dict InfoDict(const SnapshotInfo& info) {
@@ -373,6 +611,14 @@ py::dict InfoDict(const SnapshotInfo& info) {
   return d;
 }
 
+RestoreOptions MakeRestoreOptions(bool restore_gradients, bool allow_missing_buffers, bool discard_later) {
+  RestoreOptions options;
+  options.restore_gradients = restore_gradients;
+  options.allow_missing_buffers = allow_missing_buffers;
+  options.discard_later = discard_later;
+  return options;
+}
+
 }  // namespace
 }  // namespace trainsnap::python
 
@@ -381,6 +627,7 @@ PYBIND11_MODULE(_trainsnap, m) {
   using namespace trainsnap::python;
   m.doc() = "trainsnap's C++ core (use the `trainsnap` package, not this module)";
   py::module_::import("torch");  // the at::Tensor type caster needs torch's Python types
+  py::module_::import("torch.distributed");  // and ProcessGroup's, for DistributedCheckpointer
 
   Errors& e = errors();
   e.base = PyErr_NewExceptionWithDoc("trainsnap.Error", "A trainsnap call failed; `code` names the status code.",
@@ -410,9 +657,10 @@ PYBIND11_MODULE(_trainsnap, m) {
                ", scale=" + py::repr(py::float_(w.scale)).cast<std::string>() + ")";
       });
 
-  py::class_<CaptureHandle>(m, "CaptureHandle")
-      .def("wait", [](const CaptureHandle& h) { Check(WithoutGil([&] { return h.Wait(); })); },
-           "Blocks until the snapshot committed; raises its error otherwise.")
+  // The C++ handle; trainsnap.CaptureHandle (a concurrent.futures.Future) wraps it.
+  py::class_<CaptureHandle>(m, "_CaptureHandle")
+      .def("wait_status", [](const CaptureHandle& h) { return ErrorOf(WithoutGil([&] { return h.Wait(); })); },
+           "Blocks until the snapshot committed or failed; its error as an exception object, or None.")
       .def("ready", &CaptureHandle::Ready)
       .def_property_readonly("step", &CaptureHandle::step);
 
@@ -510,32 +758,23 @@ PYBIND11_MODULE(_trainsnap, m) {
   py::class_<PyCheckpointer>(m, "_Checkpointer")
       .def(py::init([](std::shared_ptr<PyStore> store, const std::string& model_state, const std::string& gradients,
                        const std::string& base_label, bool hash_base_content, int max_captures_in_flight) {
-             CheckpointerOptions options;
-             options.model_state = ParseModelState(model_state);
-             options.gradients = ParseGradients(gradients);
-             options.base_label = base_label;
-             options.hash_base_content = hash_base_content;
-             if (max_captures_in_flight < 0) Raise(Status::InvalidArgument("max_captures_in_flight must be >= 0"));
-             options.max_captures_in_flight = max_captures_in_flight;
-             return std::make_unique<PyCheckpointer>(std::move(store), std::move(options));
+             return std::make_unique<PyCheckpointer>(std::move(store),
+                                                     MakeCheckpointerOptions(model_state, gradients, base_label,
+                                                                             hash_base_content, max_captures_in_flight));
            }))
       .def("close", &PyCheckpointer::Close)
-      .def("capture_async", &PyCheckpointer::CaptureAsync, py::arg("step"), py::arg("model"), py::arg("adapters"),
+      .def("capture_async", &PyCheckpointer::CaptureAsync, py::arg("step"), py::arg("models"), py::arg("adapters"),
            py::arg("accumulation"), py::arg("rng"))
-      .def("flush",
-           [](PyCheckpointer& c) {
-             Lease<Checkpointer> checkpointer = c.Use();
-             Check(WithoutGil([&] { return checkpointer->Flush(); }));
-           })
+      .def("flush", [](PyCheckpointer& c) { return ErrorOf(c.Flush()); },
+           "Waits for the captures in flight; the first error since the last flush, not raised (None if none).")
+      .def("take_unreported", [](PyCheckpointer& c) { return ErrorOf(c.TakeUnreported()); })
       .def("restore",
-           [](PyCheckpointer& c, std::optional<int64_t> step, py::object model, py::dict adapters,
+           [](PyCheckpointer& c, std::optional<int64_t> step, const py::dict& models, const py::dict& adapters,
               AccumulationWindow* window, bool rng, bool restore_gradients, bool allow_missing_buffers,
-              bool discard_later) {
-             RestoreOptions options;
-             options.restore_gradients = restore_gradients;
-             options.allow_missing_buffers = allow_missing_buffers;
-             options.discard_later = discard_later;
-             return c.Restore(step, std::move(model), std::move(adapters), window, rng, options);
+              bool discard_later, bool partial, const std::string& sources_dir) {
+             return c.Restore(step, models, adapters, window, rng,
+                              MakeRestoreOptions(restore_gradients, allow_missing_buffers, discard_later), partial,
+                              sources_dir);
            })
       .def("pipeline_stats", [](PyCheckpointer& c) {
         PipelineStats s = c.Use()->pipeline_stats();
@@ -546,4 +785,37 @@ PYBIND11_MODULE(_trainsnap, m) {
         d["staging_peak_bytes"] = s.staging_peak_bytes;
         return d;
       });
+
+  py::class_<PyDistributed>(m, "_DistributedCheckpointer")
+      .def(py::init([](const std::string& run_dir, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                       bool model_replicated, bool optimizer_replicated, bool verify_replicas, double timeout_s,
+                       const std::string& model_state, const std::string& gradients, const std::string& base_label,
+                       bool hash_base_content, int max_captures_in_flight, bool compress, int64_t keep_last, bool sync,
+                       int threads) {
+             if (!(timeout_s > 0) || timeout_s > 1e9) {
+               Raise(Status::InvalidArgument("timeout must be a positive number of seconds, not " +
+                                             py::repr(py::float_(timeout_s)).cast<std::string>()));
+             }
+             DistributedOptions options;
+             options.checkpointer =
+                 MakeCheckpointerOptions(model_state, gradients, base_label, hash_base_content, max_captures_in_flight);
+             options.store.compress = compress;
+             options.store.retention.keep_last = keep_last;
+             options.store.sync = sync;
+             options.store.threads = threads;
+             options.model_replicated = model_replicated;
+             options.optimizer_replicated = optimizer_replicated;
+             options.verify_replicas = verify_replicas;
+             options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5));
+             if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(1);
+             return std::make_unique<PyDistributed>(run_dir, group, std::move(options));
+           }))
+      .def("close", &PyDistributed::Close)
+      .def("capture_async", &PyDistributed::CaptureAsync)
+      .def("flush", [](PyDistributed& d) { return ErrorOf(d.Flush()); })
+      .def("take_unreported", [](PyDistributed& d) { return ErrorOf(d.TakeUnreported()); })
+      .def("restore", &PyDistributed::Restore)
+      .def("steps", &PyDistributed::Steps)
+      .def_property_readonly("rank", [](PyDistributed& d) { return d.Use().rank(); })
+      .def_property_readonly("world_size", [](PyDistributed& d) { return d.Use().world_size(); });
 }

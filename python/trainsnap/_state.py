@@ -33,10 +33,20 @@ class _Encoder:
     """Turns a state tree into JSON-able values; tensors go to self.tensors.
 
     Tuples, dicts with non-string keys, non-finite floats and tensors are
-    tagged so that decode() gives back an equal tree (same types)."""
+    tagged so that decode() gives back an equal tree (same types).
 
-    def __init__(self):
+    A callable (a function, bound method, lambda or weakref.WeakMethod, such
+    as OneCycleLR's `anneal_func` or CyclicLR's scale function) belongs to
+    the object that holds it, as load_state_dict treats LambdaLR's lambdas:
+    it is recorded by type only, and a load keeps the target's own callable
+    at the same place. With `plain` (an extra that is a plain value) there
+    is no target object: a callable is refused like any other type.
+    `refuse` is the error class for a value that cannot be stored."""
+
+    def __init__(self, plain=False, refuse=None):
         self.tensors = {}
+        self.plain = plain
+        self.refuse = refuse or _trainsnap.NotSupported
 
     def encode(self, value, path):
         if value is None or isinstance(value, (bool, str)):
@@ -49,7 +59,7 @@ class _Encoder:
             return {"__float__": repr(float(value))}
         if isinstance(value, torch.Tensor):
             if value.is_sparse or value.layout != torch.strided:
-                raise _trainsnap.NotSupported(f"`{path}` is a {value.layout} tensor")
+                raise self.refuse(f"`{path}` is a {value.layout} tensor")
             name = path
             while name in self.tensors:
                 name += "'"
@@ -65,40 +75,66 @@ class _Encoder:
             items = []
             for k, v in value.items():
                 if not isinstance(k, (str, int)) or isinstance(k, bool):
-                    raise _trainsnap.NotSupported(f"`{path}` has a key of type {type(k).__name__}")
+                    raise self.refuse(f"`{path}` has a key of type {type(k).__name__}")
                 items.append([k, self.encode(v, _join(path, k))])
             return {"__items__": items}
-        raise _trainsnap.NotSupported(
+        if callable(value) and not self.plain:
+            return {"__callable__": type_name(value)}
+        what = "plain values" if self.plain else "state_dict() values"
+        raise self.refuse(
             f"`{path}` is a {type_name(value)}, which trainsnap cannot store "
-            "(state_dict() values: tensors, numbers, strings, None, and lists/tuples/dicts of them)")
+            f"({what}: tensors, numbers, strings, None, and lists/tuples/dicts of them)")
 
 
-def _decode(value, tensors):
+_NO_LIVE = object()
+
+
+def _live_at(live, key):
+    """The part of the target's current state at `key` (a dict key or a list
+    position), or _NO_LIVE."""
+    if isinstance(live, dict):
+        return live.get(key, _NO_LIVE)
+    if isinstance(live, (list, tuple)) and isinstance(key, int) and 0 <= key < len(live):
+        return live[key]
+    return _NO_LIVE
+
+
+def _decode(value, tensors, path="", live=_NO_LIVE):
+    """The stored tree back, with the tensors given by name. A callable's
+    place takes the target's own callable from `live` (the target's current
+    state_dict(), walked along): ContractMismatch when it holds none there."""
     if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
+        return [_decode(v, tensors, _join(path, i), _live_at(live, i)) for i, v in enumerate(value)]
     if isinstance(value, dict):
         if "__tensor__" in value:
             return tensors[value["__tensor__"]]
         if "__tuple__" in value:
-            return tuple(_decode(v, tensors) for v in value["__tuple__"])
+            items = value["__tuple__"]
+            return tuple(_decode(v, tensors, _join(path, i), _live_at(live, i)) for i, v in enumerate(items))
         if "__float__" in value:
             return float(value["__float__"])
+        if "__callable__" in value:
+            if live is _NO_LIVE or not callable(live):
+                raise _trainsnap.ContractMismatch(
+                    f"`{path}` holds a {value['__callable__']} in the snapshot; the target has no callable there "
+                    "(callables are the target's own: construct it as the captured object was)")
+            return live
         if "__dict__" in value:
-            return {k: _decode(v, tensors) for k, v in value["__dict__"].items()}
+            return {k: _decode(v, tensors, _join(path, k), _live_at(live, k)) for k, v in value["__dict__"].items()}
         if "__items__" in value:
-            return {k: _decode(v, tensors) for k, v in value["__items__"]}
+            return {k: _decode(v, tensors, _join(path, k), _live_at(live, k)) for k, v in value["__items__"]}
         raise _trainsnap.Corruption(f"unknown tagged value {sorted(value)}")
     return value
 
 
-def _dump(state, tensors):
-    encoder = _Encoder()
+def _dump(state, tensors, encoder=None):
+    encoder = encoder or _Encoder()
     tree = encoder.encode(state, "")
     tensors.update(encoder.tensors)
     return json.dumps({"format": _FORMAT, "state": tree}, allow_nan=False, separators=(",", ":")).encode()
 
 
-def _load(payload, tensors):
+def _load(payload, tensors, live=_NO_LIVE):
     try:
         doc = json.loads(payload.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -120,7 +156,7 @@ def _load(payload, tensors):
     collect(doc["state"])
     if names != set(tensors):
         raise _trainsnap.Corruption(f"stored tensors {sorted(tensors)} do not match its state {sorted(names)}")
-    return _decode(doc["state"], tensors)
+    return _decode(doc["state"], tensors, "", live)
 
 
 def _check_type(stored, obj):
@@ -131,7 +167,8 @@ def _check_type(stored, obj):
 
 class StatefulAdapter:
     """Any object with state_dict()/load_state_dict() (an LR scheduler, a
-    data-loader cursor): the protocol of PyTorch DCP's Stateful."""
+    data-loader cursor, a trainsnap.ResumableSampler): the protocol of
+    PyTorch DCP's Stateful."""
 
     def __init__(self, kind, obj):
         self.kind = kind
@@ -147,24 +184,81 @@ class StatefulAdapter:
 
     def load(self, stored_type, payload, tensors):
         _check_type(stored_type, self.obj)
-        self.obj.load_state_dict(_load(payload, tensors))
+        # Callables stay the target's own: found in its current state.
+        live = self.obj.state_dict() if b'"__callable__"' in payload else _NO_LIVE
+        self.obj.load_state_dict(_load(payload, tensors, live))
+
+
+PLAIN_TYPE = "trainsnap.plain"
+
+
+class PlainValueAdapter:
+    """An extra that is a plain value (`extra={"epoch": 7}`): numbers,
+    strings, bools, None, lists, tuples, dicts of them, and tensors. A load
+    updates the dict the caller passed: a dict or list value in place (its
+    contents replaced, so that other references to it see them), any other
+    value by replacing `extra[key]` (tensors are fresh copies)."""
+
+    def __init__(self, extra, key):
+        self.extra = extra
+        self.key = key
+
+    def save(self):
+        tensors = {}
+        encoder = _Encoder(plain=True, refuse=_trainsnap.InvalidArgument)
+        payload = _dump(self.extra[self.key], tensors, encoder)
+        return PLAIN_TYPE, payload, tensors
+
+    def load(self, stored_type, payload, tensors):
+        if stored_type != PLAIN_TYPE:
+            raise _trainsnap.ContractMismatch(f"the snapshot holds a {stored_type}, the target is a plain value")
+        value = _load(payload, {name: t.clone() for name, t in tensors.items()})
+        live = self.extra.get(self.key)
+        if type(live) is dict and type(value) is dict:
+            live.clear()
+            live.update(value)
+        elif type(live) is list and type(value) is list:
+            live[:] = value
+        else:
+            self.extra[self.key] = value
+
+
+def _is_zero(optimizer):
+    try:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+    except ImportError:  # torch built without distributed
+        return False
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
 
 
 class OptimizerAdapter:
     """A torch.optim.Optimizer through its state_dict(), keyed by parameter
     name: the per-parameter state under "<param name>", each param group's
-    parameters as names. `names` maps id(tensor) to the parameter's name."""
+    parameters as names. `names` maps id(tensor) to the parameter's name.
 
-    def __init__(self, optimizer, names, restore_options=True):
+    A ZeroRedundancyOptimizer holds this rank's shard in its local optimizer
+    (`.optim`): that is what is saved and loaded (its state_dict() would be a
+    collective), and the options of the ZeRO optimizer's own groups (which a
+    scheduler sets, and step() copies to the local ones) besides."""
+
+    def __init__(self, kind, optimizer, names, restore_options=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise _trainsnap.InvalidArgument(f"optimizer: a {type_name(optimizer)} is not a torch.optim.Optimizer")
+            raise _trainsnap.InvalidArgument(f"{kind}: a {type_name(optimizer)} is not a torch.optim.Optimizer")
+        self.kind = kind
         self.optimizer = optimizer
+        self.zero = _is_zero(optimizer)
+        self.local = optimizer.optim if self.zero else optimizer
         self.names = names
         self.restore_options = restore_options  # False: the groups keep the target's lr, betas, ...
 
+    def _type(self):
+        if self.zero:
+            return f"{type_name(self.optimizer)}[{type_name(self.local)}]"
+        return type_name(self.optimizer)
+
     def _group_names(self):
         groups = []
-        for g, group in enumerate(self.optimizer.param_groups):
+        for g, group in enumerate(self.local.param_groups):
             names = []
             for p in group["params"]:
                 name = self.names.get(id(p))
@@ -178,19 +272,24 @@ class OptimizerAdapter:
     def save(self):
         groups = self._group_names()
         order = [name for names in groups for name in names]
-        sd = self.optimizer.state_dict()  # state keyed by index in `order`
+        sd = self.local.state_dict()  # state keyed by index in `order`
         state = {order[index]: value for index, value in sd["state"].items()}
         param_groups = []
         for names, group in zip(groups, sd["param_groups"]):
             group = dict(group)
             group["params"] = names
             param_groups.append(group)
+        saved = {"state": state, "param_groups": param_groups}
+        if self.zero:
+            saved["zero_param_groups"] = [{k: v for k, v in g.items() if k != "params"}
+                                          for g in self.optimizer.param_groups]
         tensors = {}
-        payload = _dump({"state": state, "param_groups": param_groups}, tensors)
-        return type_name(self.optimizer), payload, tensors
+        payload = _dump(saved, tensors)
+        return self._type(), payload, tensors
 
     def load(self, stored_type, payload, tensors):
-        _check_type(stored_type, self.optimizer)
+        if stored_type != self._type():
+            raise _trainsnap.ContractMismatch(f"the snapshot holds a {stored_type}, the target is a {self._type()}")
         stored = _load(payload, tensors)
         groups = self._group_names()
         stored_groups = stored["param_groups"]
@@ -209,13 +308,19 @@ class OptimizerAdapter:
         unknown = [name for name in stored["state"] if name not in index]
         if unknown:
             raise _trainsnap.ContractMismatch(f"state of `{unknown[0]}`, which no param group holds")
+        zero_groups = stored.get("zero_param_groups") if self.zero else None
+        if self.zero and (zero_groups is None or len(zero_groups) != len(self.optimizer.param_groups)):
+            raise _trainsnap.Corruption("a ZeroRedundancyOptimizer's state without the options of each of its groups")
         param_groups = []
-        for saved, live in zip(stored_groups, self.optimizer.param_groups):
+        for saved, live in zip(stored_groups, self.local.param_groups):
             group = dict(saved) if self.restore_options else {k: v for k, v in live.items() if k != "params"}
             group["params"] = [index[name] for name in saved["params"]]
             param_groups.append(group)
         state = {index[name]: value for name, value in stored["state"].items()}
-        self.optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+        self.local.load_state_dict({"state": state, "param_groups": param_groups})
+        if self.zero and self.restore_options:
+            for live, options in zip(self.optimizer.param_groups, zero_groups):
+                live.update(options)
 
 
 class PythonRngAdapter:

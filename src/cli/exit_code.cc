@@ -17,8 +17,9 @@ ExitCode ExitCodeFor(const Status& status) {
       return ExitCode::kNotFound;
     case StatusCode::kBusy:
       return ExitCode::kBusy;
-    case StatusCode::kContractMismatch:
     case StatusCode::kIOError:
+      return ExitCode::kIOError;
+    case StatusCode::kContractMismatch:
     case StatusCode::kNoSpace:
     case StatusCode::kAborted:
     case StatusCode::kNotSupported:

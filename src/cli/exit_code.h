@@ -15,6 +15,8 @@ enum class ExitCode : int {
   kCorruption = 3,  // stored bytes fail a hash/parse check (verify found problems)
   kNotFound = 4,    // no such store or step
   kBusy = 5,        // another process holds the store for writing
+  kIOError = 6,     // a file could not be read or written (permission denied, a
+                    // failing disk)
 };
 
 // The exit code for a command's final status: the only mapping the tool

@@ -30,10 +30,9 @@ nlohmann::json SnapshotInfoJson(const SnapshotInfo& info) {
 
 nlohmann::json GcReportJson(const GcReport& report) {
   return {
-      {"chunks_scanned", report.chunks_scanned},
-      {"chunks_deleted", report.chunks_deleted},
-      {"bytes_deleted", report.bytes_deleted},
-      {"chunks_live", report.chunks_live},
+      {"chunks_scanned", report.chunks_scanned}, {"chunks_deleted", report.chunks_deleted},
+      {"bytes_deleted", report.bytes_deleted},   {"chunks_live", report.chunks_live},
+      {"damaged_packs", report.damaged_packs},   {"damaged_steps", report.damaged_steps},
   };
 }
 

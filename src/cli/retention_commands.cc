@@ -96,11 +96,35 @@ Status PrintPreview(const DeleteOptions& options, const nlohmann::json& doc, con
   return Status::OK();  // main() checks that stdout was written
 }
 
+std::string SpacedSteps(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : " ") + std::to_string(s);
+  return out;
+}
+
+// What a collection could not do, on stderr (docs/reliability.md, "Damaged
+// packs"): the damaged pack files, the snapshots that need their chunks and
+// the ways out. Nothing when the store is whole.
+void WarnAboutDamage(const GcReport& gc) {
+  if (gc.damaged_packs.empty() && gc.damaged_steps.empty()) return;
+  std::cerr << "trainsnap: warning: the store is damaged; garbage collection did everything else\n";
+  for (const std::string& pack : gc.damaged_packs) std::cerr << "  " << pack << " (left as it is)\n";
+  if (!gc.damaged_steps.empty()) {
+    std::cerr << "  snapshots that need the lost chunks: " << StepList(gc.damaged_steps)
+              << " (`trainsnap verify` names their tensors)\n"
+              << "  ways out: bring the pack files back from a copy; or delete those snapshots (`trainsnap delete "
+              << "STORE " << SpacedSteps(gc.damaged_steps) << "`); a training run that captures the same tensors "
+              << "again writes the lost chunks anew, which also repairs the older snapshots that share them\n";
+  }
+  std::cerr.flush();
+}
+
 // Prints the result of a deletion followed by garbage collection. The
 // deletion happened whatever this returns: a report that could not be
 // written is an error that says so (exit 1), never a silent success.
 Status PrintDone(const DeleteOptions& options, nlohmann::json doc, std::vector<int64_t> deleted, const GcReport& gc) {
   std::sort(deleted.begin(), deleted.end());
+  WarnAboutDamage(gc);
   if (options.json) {
     doc["deleted_steps"] = deleted;
     doc["gc"] = GcReportJson(gc);
@@ -242,6 +266,7 @@ Status RunGc(const DeleteOptions& options) {
     ProgressBar progress("gc", /*bytes=*/false);
     TRAINSNAP_ASSIGN_OR_RETURN(gc, store->CollectGarbage(progress.Callback()));
   }
+  WarnAboutDamage(gc);
   if (options.json) {
     nlohmann::json doc = JsonDocument("gc");
     doc["store"] = options.store;

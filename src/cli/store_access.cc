@@ -1,7 +1,10 @@
 #include "cli/store_access.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 namespace trainsnap::cli {
 
@@ -25,15 +28,50 @@ Status CheckExists(const std::string& path) {
   return Status::OK();
 }
 
+// A directory that holds run-directory parts (global/, rank-NNNNN/) but is
+// not a whole run directory (the command would have taken it as one) and
+// not a store: say which part is missing, not "no database".
+Status CheckNotPartOfARun(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / "CURRENT", ec)) return Status::OK();
+  bool global = false;
+  std::vector<std::string> ranks;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_directory(ec)) continue;
+    if (name == "global") global = true;
+    if (name.size() == 10 && name.rfind("rank-", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos) {
+      ranks.push_back(name);
+    }
+  }
+  if (!global && ranks.empty()) return Status::OK();
+  std::sort(ranks.begin(), ranks.end());
+  std::string found = global ? "global/" : "";
+  for (const std::string& r : ranks) found += (found.empty() ? "" : ", ") + r + "/";
+  std::string missing;
+  if (!global) missing = "global/";
+  if (ranks.empty() || ranks.front() != "rank-00000") {
+    missing += std::string(missing.empty() ? "" : " and ") + "rank-00000/";
+  }
+  const std::string one = (fs::path(path) / (ranks.empty() ? std::string("global") : ranks.front())).string();
+  return Status::NotFound("`" + path + "` is a run directory of a multi-rank run (docs/distributed.md) whose " +
+                          missing + " is missing (found " + found + "): restore it from a copy, or name one store " +
+                          "inside it (`" + one + "`) to inspect that store alone");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenForReading(const std::string& path) {
   TRAINSNAP_RETURN_IF_ERROR(CheckExists(path));
+  TRAINSNAP_RETURN_IF_ERROR(CheckNotPartOfARun(path));
   return Store::OpenReadOnly(path);  // its errors name the path already
 }
 
 Result<std::unique_ptr<Store>> OpenForWriting(const std::string& path) {
   TRAINSNAP_RETURN_IF_ERROR(CheckExists(path));
+  TRAINSNAP_RETURN_IF_ERROR(CheckNotPartOfARun(path));
   StoreOptions options;
   options.create_if_missing = false;
   auto store = Store::Open(path, options);

@@ -85,13 +85,18 @@ Status RunVerify(const VerifyOptions& options) {
   };
   std::set<int64_t> bad_steps;
   size_t store_problems = 0;
+  // A file that cannot be read (permission denied, a failing disk) says
+  // nothing about the bytes in it: an I/O error, not corruption.
+  size_t io_errors = 0;
   for (const VerifyProblem& p : report.problems) {
+    if (p.status.code() == StatusCode::kIOError) ++io_errors;
     if (p.store) {
       ++store_problems;
     } else {
       bad_steps.insert(p.step);
     }
   }
+  const size_t damage = report.problems.size() - io_errors;
 
   if (options.json) {
     nlohmann::json doc = JsonDocument("verify");
@@ -103,6 +108,9 @@ Status RunVerify(const VerifyOptions& options) {
     doc["chunks"] = report.chunks;
     doc["bytes"] = report.bytes;
     doc["bad_steps"] = bad_steps;
+    doc["corruption_problems"] = damage;
+    doc["io_error_problems"] = io_errors;
+    doc["deleted_meanwhile"] = report.deleted_meanwhile;
     if (options.acknowledge_loss) {
       doc["acknowledged_lost_commits"] =
           acknowledged ? nlohmann::json({{"recorded", acknowledged->recorded}, {"found", acknowledged->found}})
@@ -138,6 +146,8 @@ Status RunVerify(const VerifyOptions& options) {
               << " chunk references, " << HumanBytes(report.bytes) << " re-hashed: ";
     if (report.ok()) {
       std::cout << "OK\n";
+    } else if (damage == 0) {
+      std::cout << report.problems.size() << " I/O errors (files that could not be read; no corruption found)\n";
     } else {
       if (store_problems == 0) {
         std::cout << report.problems.size() << " problems in " << bad_steps.size() << " snapshots\n";
@@ -158,6 +168,10 @@ Status RunVerify(const VerifyOptions& options) {
       }
       if (report.problems.size() > store_problems) std::cout << table.Render();
     }
+    if (!report.deleted_meanwhile.empty()) {
+      std::cout << "deleted by the writer while verify ran (not checked): " << StepList(report.deleted_meanwhile)
+                << "\n";
+    }
     std::cout.flush();
   }
   if (report.ok()) return Status::OK();
@@ -167,8 +181,13 @@ Status RunVerify(const VerifyOptions& options) {
     where += (where.empty() ? "" : ", ") + std::string("in snapshots ") +
              StepList(std::vector<int64_t>(bad_steps.begin(), bad_steps.end()));
   }
-  return Status::Corruption("corruption found: " + std::to_string(report.problems.size()) + " problems (" + where +
-                            ")");
+  if (damage == 0) {
+    return Status::IOError("could not read the store: " + std::to_string(io_errors) + " I/O errors (" + where +
+                           "), first: " + report.problems.front().status.message() +
+                           "; no corruption found in what was read: check the permissions and the disk");
+  }
+  return Status::Corruption("corruption found: " + std::to_string(damage) + " problems (" + where + ")" +
+                            (io_errors > 0 ? " and " + std::to_string(io_errors) + " I/O errors" : ""));
 }
 
 }  // namespace
@@ -178,7 +197,8 @@ Command AddVerifyCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("verify", "Re-hash every chunk; exit 3 on corruption");
   app->footer("Re-reads and re-hashes every chunk of STEP, or of every snapshot (--all, the "
               "default); lists each bad step / parameter / role / chunk. Exit code 3 when "
-              "corruption is found.");
+              "corruption is found, 6 when files could not be read (I/O errors) and nothing "
+              "read was corrupt.");
   app->add_option("store", options->store, "Path of the store, or of a run directory (docs/distributed.md)")
       ->required();
   CLI::Option* step = app->add_option("step", options->step, "Snapshot step (default: all)")->check(StepValidator());

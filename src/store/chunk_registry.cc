@@ -1,6 +1,5 @@
 #include "store/chunk_registry.h"
 
-
 namespace trainsnap::internal {
 
 std::optional<uint64_t> ChunkRegistry::PinAndLookup(const ChunkHash& hash) {
@@ -21,6 +20,7 @@ void ChunkRegistry::Unpin(const std::vector<ChunkHash>& hashes) {
 
 void ChunkRegistry::NoteStored(const ChunkHash& hash, uint64_t stored_bytes) {
   MutexLock lock(&mu_);
+  if (unusable_count_.load(std::memory_order_relaxed) > 0 && unusable_.count(hash) > 0) return;
   if (auto it = known_sizes_.find(hash); it != known_sizes_.end()) {
     it->second = stored_bytes;
     return;
@@ -28,6 +28,35 @@ void ChunkRegistry::NoteStored(const ChunkHash& hash, uint64_t stored_bytes) {
   if (known_sizes_.size() >= max_known_sizes_) known_sizes_.clear();
   known_sizes_.emplace(hash, stored_bytes);
 }
+
+void ChunkRegistry::NoteIndexed(const ChunkHash& hash, uint64_t stored_bytes) {
+  {
+    MutexLock lock(&mu_);
+    if (unusable_count_.load(std::memory_order_relaxed) > 0 && unusable_.erase(hash) > 0) {
+      unusable_count_.store(unusable_.size(), std::memory_order_relaxed);
+    }
+  }
+  NoteStored(hash, stored_bytes);
+}
+
+size_t ChunkRegistry::MarkUnusable(const std::vector<ChunkHash>& hashes) {
+  MutexLock lock(&mu_);
+  size_t marked = 0;
+  for (const ChunkHash& h : hashes) {
+    known_sizes_.erase(h);
+    marked += unusable_.insert(h).second ? 1 : 0;
+  }
+  unusable_count_.store(unusable_.size(), std::memory_order_relaxed);
+  return marked;
+}
+
+bool ChunkRegistry::Unusable(const ChunkHash& hash) const {
+  if (unusable_count_.load(std::memory_order_relaxed) == 0) return false;
+  MutexLock lock(&mu_);
+  return unusable_.count(hash) > 0;
+}
+
+size_t ChunkRegistry::unusable() const { return unusable_count_.load(std::memory_order_relaxed); }
 
 Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
                                     const std::function<Status(const std::vector<ChunkHash>&)>& erase) {
@@ -39,7 +68,11 @@ Status ChunkRegistry::EraseUnpinned(std::vector<ChunkHash>* candidates,
   candidates->resize(kept);
   if (candidates->empty()) return Status::OK();
   TRAINSNAP_RETURN_IF_ERROR(erase(*candidates));
-  for (const ChunkHash& h : *candidates) known_sizes_.erase(h);
+  for (const ChunkHash& h : *candidates) {
+    known_sizes_.erase(h);
+    unusable_.erase(h);  // gone from the store: a later copy is a new chunk
+  }
+  unusable_count_.store(unusable_.size(), std::memory_order_relaxed);
   return Status::OK();
 }
 

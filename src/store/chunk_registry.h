@@ -6,10 +6,12 @@
 // encoding instead of writing another).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/mutex.h"
@@ -51,8 +53,22 @@ class ChunkRegistry {
   // existence check, so a concurrent GC cannot delete a chunk it dedups against.
   std::optional<uint64_t> PinAndLookup(const ChunkHash& hash);
   void Unpin(const std::vector<ChunkHash>& hashes);
-  // Records that the store now holds `hash` with `stored_bytes` encoded bytes.
+  // Records that the store holds `hash` with `stored_bytes` encoded bytes
+  // (its index entry was read); ignored for an unusable chunk.
   void NoteStored(const ChunkHash& hash, uint64_t stored_bytes);
+  // A commit indexed a new copy of `hash`: it is stored, and usable again.
+  void NoteIndexed(const ChunkHash& hash, uint64_t stored_bytes);
+
+  // Chunks known to be unreadable: their pack file is missing or shorter
+  // than their index entry, their bytes failed their hash, or they are
+  // deltas of such a chunk. A writer never deduplicates onto one (nothing
+  // reports it stored), so a capture writes its bytes again, and the commit
+  // that indexes the new copy makes it usable (NoteIndexed). Returns how
+  // many were not marked before.
+  size_t MarkUnusable(const std::vector<ChunkHash>& hashes);
+  bool Unusable(const ChunkHash& hash) const;
+  // How many chunks are marked unusable (0: the cheap test of a whole store).
+  size_t unusable() const;
 
   // Removes the pinned hashes from `candidates`, then calls `erase` with the
   // rest while holding the lock (so no writer can pin one of them between
@@ -94,6 +110,8 @@ class ChunkRegistry {
     int references = 0;
   };
   std::unordered_map<ChunkHash, InFlightEntry, ChunkHashHasher> in_flight_ GUARDED_BY(mu_);
+  std::unordered_set<ChunkHash, ChunkHashHasher> unusable_ GUARDED_BY(mu_);
+  std::atomic<size_t> unusable_count_{0};  // unusable_.size(), read without mu_
 };
 
 }  // namespace trainsnap::internal

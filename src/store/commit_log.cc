@@ -9,6 +9,8 @@
 
 #include <xxhash.h>
 
+#include "store/errno_status.h"
+
 namespace trainsnap::internal {
 namespace {
 
@@ -78,19 +80,12 @@ std::optional<std::pair<uint64_t, CommitLogState>> Decode(const Slot& s) {
   return std::make_pair(Get64(s, 8), state);
 }
 
-Status Errno(const std::string& what, const std::string& path) {
-  const int e = errno;
-  std::string msg = what + " " + path + ": " + std::strerror(e);
-  if (e == ENOSPC) return Status::NoSpace(std::move(msg));
-  return Status::IOError(std::move(msg));
-}
-
 // Reads both slots; a slot past the end of the file reads as damaged.
 Status ReadSlots(int fd, const std::string& path, std::array<Slot, 2>* slots) {
   for (int i = 0; i < 2; ++i) {
     (*slots)[i].fill(0);
     ssize_t n = ::pread(fd, (*slots)[i].data(), kSlotBytes, kSlotOffset[i]);
-    if (n < 0) return Errno("read", path);
+    if (n < 0) return ErrnoStatus("read", path);
   }
   return Status::OK();
 }
@@ -112,7 +107,7 @@ Result<std::optional<CommitLogState>> CommitLog::Read(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return std::optional<CommitLogState>();
-    return Errno("open commit log", path);
+    return ErrnoStatus("open commit log", path);
   }
   std::array<Slot, 2> slots;
   Status s = ReadSlots(fd, path, &slots);
@@ -131,7 +126,7 @@ Result<std::unique_ptr<CommitLog>> CommitLog::Open(const std::string& dir, bool 
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     created = true;
   }
-  if (fd < 0) return Errno("open commit log", path);
+  if (fd < 0) return ErrnoStatus("open commit log", path);
   std::unique_ptr<CommitLog> log(new CommitLog(fd, path, sync));
   if (!created) {
     std::array<Slot, 2> slots;
@@ -144,9 +139,9 @@ Result<std::unique_ptr<CommitLog>> CommitLog::Open(const std::string& dir, bool 
   TRAINSNAP_RETURN_IF_ERROR(log->Write(state));
   if (created && sync) {
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return Errno("open directory", dir);
+    if (dfd < 0) return ErrnoStatus("open directory", dir);
     const int rc = ::fsync(dfd);
-    Status st = rc == 0 ? Status::OK() : Errno("sync directory", dir);
+    Status st = rc == 0 ? Status::OK() : ErrnoStatus("sync directory", dir);
     ::close(dfd);
     TRAINSNAP_RETURN_IF_ERROR(st);
   }
@@ -162,9 +157,9 @@ Status CommitLog::Write(const CommitLogState& state) {
   const Slot slot = Encode(state, sequence);
   const off_t offset = kSlotOffset[sequence % 2];
   ssize_t n = ::pwrite(fd_, slot.data(), slot.size(), offset);
-  if (n < 0) return Errno("write commit log", path_);
+  if (n < 0) return ErrnoStatus("write commit log", path_);
   if (static_cast<size_t>(n) != slot.size()) return Status::IOError("write commit log " + path_ + ": short write");
-  if (sync_ && ::fdatasync(fd_) != 0) return Errno("sync commit log", path_);
+  if (sync_ && ::fdatasync(fd_) != 0) return ErrnoStatus("sync commit log", path_);
   sequence_ = sequence;
   return Status::OK();
 }

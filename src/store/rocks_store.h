@@ -25,8 +25,10 @@
 #include "common/mutex.h"
 #include "store/chunk_registry.h"
 #include "store/chunk_sink.h"
+#include "store/column_families.h"
 #include "store/commit_log.h"
 #include "store/delta_base_cache.h"
+#include "store/pack_damage.h"
 #include "store/pack_entry.h"
 #include "store/pack_set.h"
 #include "store/records.h"
@@ -48,6 +50,7 @@ class RocksStore final : public Store, private ChunkSink {
   bool read_only() const override { return read_only_; }
   size_t chunk_bytes() const override { return chunk_bytes_; }
   const StoreOptions& options() const override { return options_; }
+  std::vector<std::string> open_notes() const override { return open_notes_; }
   Status Refresh() override;
   std::optional<LostCommits> lost_commits() override;
   Status AcknowledgeLostCommits() override;
@@ -206,8 +209,9 @@ class RocksStore final : public Store, private ChunkSink {
   // truncates every other pack after the end of its last referenced chunk
   // (bytes a capture appended but never committed). Writable opens only,
   // before any writer exists. Skipped (nothing changed) when an index entry
-  // does not parse: Verify reports it.
-  Status RecoverPacks();
+  // does not parse: Verify reports it. *damage (if given) gets the packs the
+  // index names that are missing or shorter than it says (left as they are).
+  Status RecoverPacks(std::vector<PackDamage>* damage = nullptr);
   // RecoverPacks on a read-only instance of the existing store at `path`,
   // holding the store's LOCK file meanwhile (so that no writer runs): it
   // writes nothing to the database, so it works on a full disk.
@@ -229,8 +233,61 @@ class RocksStore final : public Store, private ChunkSink {
   // hash. A read that fails on the pack file is retried once at the place
   // the index names now (a compaction moved the chunk meanwhile).
   Status ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst);
+  // Which step of a chunk read failed: the pack file (missing, short,
+  // unreadable) or the bytes read (decode, hash).
+  enum class ReadFailure { kPack, kContent };
+  // Reads chunk `ref` at `entry` into dst and checks its hash; on failure
+  // *failure says where.
+  Status ReadAndCheck(const ChunkRef& ref, const PackEntry& entry, uint8_t* dst, ReadFailure* failure);
+
+  // --- damage (rocks_store_damage.cc) ---------------------------------------------
+  // Marks unusable (ChunkRegistry::MarkUnusable) every chunk whose bytes
+  // `damage` lost, and the deltas of them; packs noted before with the same
+  // size are skipped. Caller holds a view. Read-only stores: no-op.
+  Status NoteDamage(const std::vector<PackDamage>& damage);
+  // Marks `hashes` and every delta chunk built on them (chunk_deps) unusable.
+  Status MarkUnusableWithDeltas(std::vector<ChunkHash> hashes);
+  // After a read of chunk `hash` at `entry` failed for good: a writable store
+  // looks at the pack file (kPack) or marks the chunk unusable (kContent).
+  void NoteFailedRead(const ChunkHash& hash, const PackEntry& entry, ReadFailure failure);
+  // The steps whose snapshots reference an unusable chunk (or whose records
+  // cannot be read), ascending. Caller holds a view.
+  Result<std::vector<int64_t>> StepsWithUnusableChunks();
+  // Sets report->damaged_steps (StepsWithUnusableChunks). Caller holds a view.
+  Status NameDamagedSteps(GcReport* report);
+
+  // --- read-only stores: the chunk index as the writer holds it now -------------
+  // A read-only instance sees the store as of its open (or Refresh). A chunk
+  // read that failed there (its pack compacted away, or the chunk collected
+  // with its deleted snapshot since) is looked up again in a newer instance,
+  // opened after the failure: the chunk moved (read it there) or is gone. A
+  // writable store's own index is current. Returns the entry now (none: no
+  // longer stored). A pack for which a newer instance still named the failed
+  // bytes is really damaged and not looked up again.
+  Result<std::optional<PackEntry>> CurrentEntry(const ChunkHash& hash, const PackEntry& failed);
+  // Whether a snapshot is stored at `step` now (read-only: in a newer
+  // instance than this store's view).
+  Result<bool> StoredNow(int64_t step);
+  // A read-only instance newer than the store's own view.
+  struct LatestView {
+    DbHandles handles;
+    uint64_t id = 0;  // latest_opens_ when it was opened
+    ~LatestView() { CloseRocks(&handles); }
+    rocksdb::ColumnFamilyHandle* cf(ColumnFamily which) const { return handles.handles[static_cast<size_t>(which)]; }
+  };
+  // The newest instance opened after latest_opens_ was `since` (one is
+  // opened now when there is none).
+  Result<std::shared_ptr<LatestView>> NewerView(uint64_t since);
   Status WarmChunkSizes();
   Status CheckWritable(std::string_view what) const;
+  // The store's answer for a chunk that a read found no longer stored.
+  static Status ChunkGone(const ChunkHash& hash);
+  // Tensor() without the check of its chunks against the unusable ones.
+  Result<TensorRecord> CatalogTensor(int64_t step, uint64_t param_id, std::string_view role);
+  // Read-only stores: whether table file `name` is live in a newer instance
+  // (one that a failed read of it in this view did not find may have been
+  // compacted away by the writer since).
+  bool TableLiveNow(const std::string& name);
   // The snapshot record of `step` as `ro` sees it (its snapshot, if any);
   // nullopt when there is none.
   Result<std::optional<SnapshotRecordData>> ReadSnapshotRecord(int64_t step,
@@ -364,6 +421,15 @@ class RocksStore final : public Store, private ChunkSink {
 
   std::unique_ptr<boost::asio::thread_pool> pool_;
   ChunkRegistry registry_;
+  // Writable stores: packs found damaged (NoteDamage), by number.
+  Mutex damage_mu_;
+  std::map<uint32_t, PackDamage> damaged_packs_ GUARDED_BY(damage_mu_);
+  // Read-only stores: the newest instance opened for CurrentEntry, the
+  // count of those opened, and the packs one confirmed damaged.
+  Mutex latest_mu_;
+  std::shared_ptr<LatestView> latest_ GUARDED_BY(latest_mu_);
+  uint64_t latest_opens_ GUARDED_BY(latest_mu_) = 0;
+  std::set<uint32_t> confirmed_damaged_ GUARDED_BY(latest_mu_);
   // Serializes commits, deletes and garbage collection. Lock order:
   // commit_mu_, then resume_mu_, then db_mu_ (a view), then the others.
   Mutex commit_mu_ ACQUIRED_BEFORE(resume_mu_);
@@ -380,6 +446,7 @@ class RocksStore final : public Store, private ChunkSink {
   Mutex lost_mu_;
   std::optional<LostCommits> lost_ GUARDED_BY(lost_mu_);
   StoreOptions options_;   // as opened; for reopening after a failure
+  std::vector<std::string> open_notes_;  // set by the open, then constant
   bool reserve_present_ GUARDED_BY(commit_mu_) = false;  // the reserve file exists
   // Commits since the last flush this store asked for.
   int commits_since_flush_ GUARDED_BY(commit_mu_) = 0;

@@ -215,6 +215,20 @@ Status RocksStore::ScanTensorRecords(int64_t step, const rocksdb::ReadOptions& b
 }
 
 Result<TensorRecord> RocksStore::Tensor(int64_t step, uint64_t param_id, std::string_view role) {
+  TRAINSNAP_ASSIGN_OR_RETURN(TensorRecord record, CatalogTensor(step, param_id, role));
+  if (registry_.unusable() == 0) return record;
+  // A capture that reused this record would reference bytes that are not
+  // there: it must write the tensor again.
+  for (size_t i = 0; i < record.chunks.size(); ++i) {
+    if (!registry_.Unusable(record.chunks[i].hash)) continue;
+    return Status::Corruption(StepName(step) + ": tensor param_id " + ParamIdHex(param_id) + " role " +
+                              std::string(role) + ": chunk " + std::to_string(i) + " " + record.chunks[i].hash.Hex() +
+                              " is damaged (its pack file is missing or cut, or it fails its hash)");
+  }
+  return record;
+}
+
+Result<TensorRecord> RocksStore::CatalogTensor(int64_t step, uint64_t param_id, std::string_view role) {
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   const std::string name = StepName(step) + ": tensor param_id " + ParamIdHex(param_id) + " role " +

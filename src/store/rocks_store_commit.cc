@@ -19,6 +19,9 @@ Result<std::unique_ptr<SnapshotWriter>> RocksStore::BeginSnapshot(int64_t step, 
 }
 
 Result<std::optional<uint64_t>> RocksStore::LookupChunk(const ChunkHash& hash) {
+  // Indexed, but its bytes are lost: as good as absent, so that the writer
+  // stores the bytes again (its commit indexes the new copy).
+  if (registry_.Unusable(hash)) return std::optional<uint64_t>();
   std::shared_lock<std::shared_mutex> view_lock;
   TRAINSNAP_RETURN_IF_ERROR(AcquireView(&view_lock));
   rocksdb::PinnableSlice value;
@@ -102,6 +105,9 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
       if (chunk_deps_cf_ == nullptr) return Status::Aborted("commit: no chunk_deps CF");
       TRAINSNAP_RETURN_IF_ERROR(
           FromRocks(batch.Put(chunk_deps_cf_, key, EncodeChunkKey(*c.base)), "write chunk dependency"));
+    } else if (chunk_deps_cf_ != nullptr && registry_.Unusable(c.hash)) {
+      // A lost delta chunk written again whole: it no longer needs its base.
+      TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Delete(chunk_deps_cf_, key), "delete chunk dependency"));
     }
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(batch.Put(chunks_cf_, key, EncodePackEntry(c.entry)), "write chunk index entry"));
   }
@@ -147,7 +153,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   TRAINSNAP_KILL_POINT(kKillBeforeCommit);
   TRAINSNAP_RETURN_IF_ERROR(WriteWithRecovery(&batch, wo, "commit", &view_lock));
   ResetTensorCache();  // a replaced step's records changed
-  for (const NewChunk& c : chunks) registry_.NoteStored(c.hash, c.entry.length);
+  for (const NewChunk& c : chunks) registry_.NoteIndexed(c.hash, c.entry.length);
   *metadata_bytes = written;
   // Committed: a failure to record it in the commit log is reported, but the
   // snapshot stays (like a commit whose WAL sync failed after the append).

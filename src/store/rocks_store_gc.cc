@@ -192,10 +192,18 @@ Result<GcReport> RocksStore::CollectGarbage(const ProgressFn& progress) {
   }
   if (report.ok()) {
     Status s = GiveSpaceBack(&view_lock, &*report);
+    if (s.ok()) s = NameDamagedSteps(&*report);
     if (!s.ok()) report = s;
   }
   if (!report.ok()) return report.status().WithContext("collect garbage in " + path_);
   return report;
+}
+
+Status RocksStore::NameDamagedSteps(GcReport* report) {
+  auto steps = StepsWithUnusableChunks();
+  if (!steps.ok()) return steps.status().WithContext("name the damaged snapshots");
+  report->damaged_steps = std::move(*steps);
+  return Status::OK();
 }
 
 Result<GcPlan> RocksStore::PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress) {
@@ -326,6 +334,7 @@ Result<PruneReport> RocksStore::Prune(const RetentionPolicy& policy) {
   auto report = PruneLocked(policy, /*full_gc=*/true);
   if (report.ok()) {
     Status s = GiveSpaceBack(&view_lock, &report->gc);
+    if (s.ok()) s = NameDamagedSteps(&report->gc);
     if (!s.ok()) report = s;
   }
   if (!report.ok()) return report.status().WithContext("prune " + path_);

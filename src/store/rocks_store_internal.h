@@ -17,6 +17,7 @@
 
 #include "store/column_families.h"
 #include "store/keys.h"
+#include "store/store_files.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap::proto {
@@ -58,9 +59,6 @@ inline constexpr size_t kGcBatch = 1024;
 // Defaults of StoreOptions::max_unflushed_bytes and max_unflushed_commits.
 inline constexpr uint64_t kDefaultMaxUnflushedBytes = uint64_t{16} << 20;
 inline constexpr int kDefaultMaxUnflushedCommits = 16;
-// The reserve file (StoreOptions::reserve_bytes). RocksDB ignores files whose
-// names it does not know.
-inline constexpr char kReserveFile[] = "SPACE_RESERVE";
 // A commit with retention on gives space back (compacts packs) once the
 // chunk bytes it deleted since the last time exceed this fraction of the
 // live chunk bytes.

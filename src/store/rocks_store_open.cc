@@ -12,6 +12,8 @@
 #include "store.pb.h"
 #include "store/chunk_codec.h"
 #include "store/commit_log.h"
+#include "store/creation_marker.h"
+#include "store/kill_point.h"
 #include "store/rocksdb_status.h"
 #include "store/store_pin.h"
 #include "common/thread_priority.h"
@@ -24,6 +26,7 @@ enum class PathKind {
   kAbsent,    // nothing: a writable open may create a store
   kEmptyDir,  // an empty directory: likewise
   kDatabase,  // a directory with a CURRENT file: a RocksDB database
+  kCreating,  // a directory with the creation marker (creation_marker.h)
 };
 
 // The entries of a directory that is neither empty nor a database, named for
@@ -89,6 +92,7 @@ Result<PathKind> InspectPath(const std::string& path, const std::string& context
   if (ec) return Status::IOError(context + ": list the directory: " + ec.message() + " (" + path + ")");
   if (names.empty()) return PathKind::kEmptyDir;
   std::sort(names.begin(), names.end());
+  if (std::binary_search(names.begin(), names.end(), std::string(kCreationMarker))) return PathKind::kCreating;
   if (std::binary_search(names.begin(), names.end(), std::string("CURRENT"))) return PathKind::kDatabase;
   return DescribeNotADatabase(path, names, context);
 }
@@ -100,6 +104,9 @@ Result<PathKind> InspectPath(const std::string& path, const std::string& context
 
 Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path, const StoreOptions& options,
                                                         rocksdb::Env* env) {
+  // Held while this open creates the store (declared first: released after
+  // a failed open closed the database).
+  std::unique_ptr<CreationMarker> marker;
   std::unique_ptr<RocksStore> store(new RocksStore());
   const std::string context = "open store " + path;
   if (options.zstd_level < 0 || options.zstd_level > 19) {
@@ -143,6 +150,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   const bool create = kind != PathKind::kDatabase;
   if (create) {
     if (!options.create_if_missing) {
+      if (kind == PathKind::kCreating) return InterruptedCreation(context + " (create_if_missing is false)");
       return Status::NotFound(context + ": no store at this path (" +
                               (kind == PathKind::kAbsent ? "it does not exist" : "an empty directory") +
                               "; create_if_missing is false)");
@@ -151,6 +159,19 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     std::error_code ec;
     fs::create_directories(path, ec);
     if (ec) return Status::IOError(context + ": create directory: " + ec.message() + " (" + path + ")");
+    auto acquired = CreationMarker::Acquire(path);
+    // Another process finished creating the store between the look at the
+    // path and the marker's lock: open what it created.
+    if (acquired.status().code() == StatusCode::kAborted) return OpenWritable(path, options, env);
+    if (!acquired.ok()) return acquired.status().WithContext(context);
+    marker = std::move(*acquired);
+    TRAINSNAP_KILL_POINT(kKillCreateMarked);
+    size_t removed = 0;
+    TRAINSNAP_RETURN_IF_ERROR(marker->ClearLeftovers(&removed).WithContext(context));
+    if (kind == PathKind::kCreating) {
+      store->open_notes_.push_back("store creation had been interrupted (by a crash or a kill): removed the " +
+                                   std::to_string(removed) + " files it left and created the store again");
+    }
   } else {
     TRAINSNAP_RETURN_IF_ERROR(CheckExistingStore(path, options, env).WithContext(context));
     // Before RocksDB opens for writing (which needs a few KiB): on a disk
@@ -179,6 +200,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
     if (fs::remove(fs::path(path) / kReserveFile, ec)) opened = store->OpenDb(path, store->options_, /*read_only=*/false, env);
   }
   TRAINSNAP_RETURN_IF_ERROR(opened);
+  if (marker) TRAINSNAP_KILL_POINT(kKillCreateDatabase);
   if (options.worker_nice > 0) {
     Status s = LowerPoolPriority(*store->pool_, static_cast<size_t>(store->threads_), options.worker_nice);
     if (!s.ok()) return s.WithContext(context + ": lower the worker threads' priority");
@@ -192,6 +214,7 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   }
   Status s = store->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
+  if (marker) TRAINSNAP_KILL_POINT(kKillCreateMeta);
   s = store->OpenPacks();
   if (!s.ok()) return s.WithContext(context);
   store->sink_settings_ = {store->chunk_bytes_, store->compress_, store->zstd_level_};
@@ -206,6 +229,10 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   {
     MutexLock lock(&store->commit_mu_);
     store->RestoreReserve();
+  }
+  if (marker) {
+    TRAINSNAP_KILL_POINT(kKillCreateFinishing);
+    TRAINSNAP_RETURN_IF_ERROR(marker->Finish().WithContext(context));
   }
   return std::unique_ptr<Store>(std::move(store));
 }
@@ -270,6 +297,14 @@ Status RocksStore::WarmChunkSizes() {
 Result<std::unique_ptr<Store>> RocksStore::OpenReadOnlyInstance(const std::string& path, rocksdb::Env* env) {
   const std::string context = "open store " + path + " read-only";
   TRAINSNAP_ASSIGN_OR_RETURN(const PathKind kind, InspectPath(path, context));
+  if (kind == PathKind::kCreating) {
+    TRAINSNAP_ASSIGN_OR_RETURN(const CreationState creation, InspectCreation(path));
+    if (creation == CreationState::kRunning) {
+      return Status::Busy(context + ": the store is being created by another process; open it once that "
+                          "process has");
+    }
+    return InterruptedCreation(context);
+  }
   if (kind != PathKind::kDatabase) {
     return Status::NotFound(context + ": no store at this path" +
                             (kind == PathKind::kEmptyDir ? " (an empty directory)" : ""));
@@ -418,6 +453,13 @@ Status RocksStore::Refresh() {
   Adopt(fresh);
   lock.unlock();
   CloseRocks(&old);
+  {
+    // The new view is the newest: damage confirmed in an older one (a pack
+    // brought back from a copy since) is looked at again.
+    MutexLock latest_lock(&latest_mu_);
+    latest_.reset();
+    confirmed_damaged_.clear();
+  }
   std::shared_lock<std::shared_mutex> view_lock(db_mu_);
   return CheckCommitLog(log.ok() ? *log : std::nullopt).WithContext("refresh " + path_);
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "store/kill_point.h"
 #include "store/pack_entry.h"
@@ -29,7 +30,10 @@ Status RocksStore::OpenPacks() {
   if (!packs.ok()) return packs.status().WithContext("open the pack files");
   packs_ = std::move(*packs);
   if (read_only_) return Status::OK();
-  return RecoverPacks().WithContext("recover the pack files");
+  std::vector<PackDamage> damage;
+  TRAINSNAP_RETURN_IF_ERROR(RecoverPacks(&damage).WithContext("recover the pack files"));
+  // Writers must not deduplicate onto what a missing or cut pack lost.
+  return NoteDamage(damage).WithContext("recover the pack files");
 }
 
 Status RocksStore::RecoverPacksBeforeOpen(const std::string& path, rocksdb::Env* env) {
@@ -62,7 +66,7 @@ Status RocksStore::RecoverPacksBeforeOpen(const std::string& path, rocksdb::Env*
   return FromRocks(unlocked, "unlock the store");
 }
 
-Status RocksStore::RecoverPacks() {
+Status RocksStore::RecoverPacks(std::vector<PackDamage>* damage) {
   std::map<uint32_t, uint64_t> ends;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -75,6 +79,7 @@ Status RocksStore::RecoverPacks() {
   TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan the chunk index"));
   if (!ends.empty()) packs_->ReserveNumbers(ends.rbegin()->first);
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<PackSet::FileInfo> files, packs_->List());
+  if (damage != nullptr) *damage = FindPackDamage(ends, files);
   for (const PackSet::FileInfo& f : files) {
     auto used = ends.find(f.pack);
     if (used == ends.end()) {
@@ -109,7 +114,11 @@ Status RocksStore::CompactPacks(GcReport* report) {
     TRAINSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "compact packs: scan the chunk index"));
   }
   live_pack_bytes_ = 0;
-  for (const auto& [pack, u] : usage) live_pack_bytes_ += u.live;
+  std::map<uint32_t, uint64_t> ends;
+  for (const auto& [pack, u] : usage) {
+    live_pack_bytes_ += u.live;
+    ends[pack] = u.end;
+  }
   // Packs writers may still append to or commit from stay: every one from
   // the oldest floor of a live writer (or in-flight chunk) on. The active pack is ended here
   // (later captures append to a new one), so that once its writers are gone
@@ -128,9 +137,19 @@ Status RocksStore::CompactPacks(GcReport* report) {
   // its own floor (the appender may be gone): that pack stays too.
   if (std::optional<uint32_t> in_flight = registry_.OldestInFlightPack()) floor = std::min(floor, *in_flight);
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<PackSet::FileInfo> files, packs_->List());
+  // A missing or cut pack is left as it is: its chunks cannot be copied,
+  // and a pack file brought back from a copy makes them whole again.
+  const std::vector<PackDamage> damage = FindPackDamage(ends, files);
+  std::set<uint32_t> damaged;
+  report->damaged_packs.clear();
+  for (const PackDamage& d : damage) {
+    damaged.insert(d.pack);
+    report->damaged_packs.push_back(d.Describe());
+  }
+  TRAINSNAP_RETURN_IF_ERROR(NoteDamage(damage).WithContext("compact packs"));
   std::vector<PackSet::FileInfo> empty, tails, sparse;
   for (PackSet::FileInfo f : files) {
-    if (f.pack >= floor) continue;
+    if (f.pack >= floor || damaged.count(f.pack) > 0) continue;
     auto u = usage.find(f.pack);
     if (u == usage.end()) {
       empty.push_back(f);
@@ -173,12 +192,25 @@ Status RocksStore::CompactPacks(GcReport* report) {
     const std::string context = "compact " + PackFileName(f.pack);
     rocksdb::WriteBatch batch;
     std::string value;
+    Status unreadable;
     for (const auto& [hash, entry] : u.entries) {
-      TRAINSNAP_RETURN_IF_ERROR(packs_->ReadEncoded(entry, &value).WithContext(context + ": chunk " + hash.Hex()));
+      unreadable = packs_->ReadEncoded(entry, &value);
+      if (!unreadable.ok()) {
+        NoteFailedRead(hash, entry, ReadFailure::kPack);
+        unreadable = unreadable.WithContext("chunk " + hash.Hex());
+        break;
+      }
       auto moved = packs_->Append(value, entry.raw_bytes, entry.raw);
       if (!moved.ok()) return moved.status().WithContext(context);
       TRAINSNAP_RETURN_IF_ERROR(
           FromRocks(batch.Put(chunks_cf_, EncodeChunkKey(hash), EncodePackEntry(*moved)), context));
+    }
+    if (!unreadable.ok()) {
+      // The pack stays as it is (the copies made so far are garbage for a
+      // later compaction); the other packs are still compacted.
+      report->damaged_packs.push_back(std::string(kPackDir) + "/" + PackFileName(f.pack) +
+                                      " was not compacted: " + unreadable.ToString());
+      continue;
     }
     TRAINSNAP_KILL_POINT(kKillCompactCopied);
     TRAINSNAP_RETURN_IF_ERROR(packs_->Sync().WithContext(context));

@@ -25,16 +25,40 @@ Result<std::optional<PackEntry>> RocksStore::LookupEntry(const ChunkHash& hash, 
   return std::optional<PackEntry>(*entry);
 }
 
+Status RocksStore::ChunkGone(const ChunkHash& hash) {
+  return Status::NotFound("chunk " + hash.Hex() +
+                          ": no longer stored: a writer deleted it, with the snapshots that referenced it, since "
+                          "this store read them (Refresh() a read-only store to see it as it is now)");
+}
+
 Status RocksStore::ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, LookupEntry(hash, ro));
   if (!entry) return Status::Corruption("chunk " + hash.Hex() + ": referenced but missing from the store");
   Status s = packs_->ReadEncoded(*entry, out);
   if (s.ok()) return s;
-  // A compaction may have moved the chunk since `ro`'s view: read it where
-  // the index names it now (the same bytes: the hash names them).
-  auto moved = LookupEntry(hash, rocksdb::ReadOptions());
-  if (!moved.ok() || !moved->has_value() || **moved == *entry) return s.WithContext("chunk " + hash.Hex());
-  return packs_->ReadEncoded(**moved, out).WithContext("chunk " + hash.Hex());
+  // A compaction may have moved the chunk since `ro`'s view, or a
+  // collection deleted it: read it where the index names it now (the same
+  // bytes: the hash names them).
+  auto now = CurrentEntry(hash, *entry);
+  if (now.ok() && !now->has_value()) return ChunkGone(hash);
+  if (!now.ok() || **now == *entry) {
+    NoteFailedRead(hash, *entry, ReadFailure::kPack);
+    return s.WithContext("chunk " + hash.Hex());
+  }
+  return packs_->ReadEncoded(**now, out).WithContext("chunk " + hash.Hex());
+}
+
+Status RocksStore::ReadAndCheck(const ChunkRef& ref, const PackEntry& entry, uint8_t* dst, ReadFailure* failure) {
+  *failure = ReadFailure::kPack;
+  thread_local std::string buffer;
+  Status read = entry.raw ? packs_->ReadRawInto(entry, dst) : packs_->ReadEncoded(entry, &buffer);
+  if (!read.ok()) return read.WithContext("chunk " + ref.hash.Hex());
+  *failure = ReadFailure::kContent;
+  if (!entry.raw) return ReadChunkInto(ref, buffer, dst);
+  if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
+    return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
+  }
+  return Status::OK();
 }
 
 Status RocksStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst) {
@@ -42,24 +66,22 @@ Status RocksStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
     return Status::Corruption("chunk " + ref.hash.Hex() + ": the index records " + std::to_string(entry.raw_bytes) +
                               " raw bytes, the tensor record " + std::to_string(ref.raw_bytes));
   }
-  thread_local std::string buffer;
-  auto read = [&](const PackEntry& e) {
-    return e.raw ? packs_->ReadRawInto(e, dst) : packs_->ReadEncoded(e, &buffer);
-  };
-  Status s = read(entry);
-  if (!s.ok()) {
-    // See ReadChunkValue: retry once where a compaction moved the chunk.
-    auto moved = LookupEntry(ref.hash, rocksdb::ReadOptions());
-    if (!moved.ok() || !moved->has_value() || **moved == entry) return s.WithContext("chunk " + ref.hash.Hex());
-    entry = **moved;
-    if (entry.raw_bytes != ref.raw_bytes) return s.WithContext("chunk " + ref.hash.Hex());
-    TRAINSNAP_RETURN_IF_ERROR(read(entry).WithContext("chunk " + ref.hash.Hex()));
+  ReadFailure failure;
+  Status s = ReadAndCheck(ref, entry, dst, &failure);
+  if (s.ok()) return s;
+  // See ReadChunkValue: once more where the index names the chunk now. A
+  // read-only store's view may also name a place the writer has since
+  // reused (its bytes then fail the hash): that is looked up again too.
+  auto now = CurrentEntry(ref.hash, entry);
+  if (now.ok() && !now->has_value()) return ChunkGone(ref.hash);
+  if (!now.ok() || **now == entry || (*now)->raw_bytes != ref.raw_bytes) {
+    NoteFailedRead(ref.hash, entry, failure);
+    return s;
   }
-  if (!entry.raw) return ReadChunkInto(ref, buffer, dst);
-  if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
-    return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
-  }
-  return Status::OK();
+  entry = **now;
+  s = ReadAndCheck(ref, entry, dst, &failure);
+  if (!s.ok()) NoteFailedRead(ref.hash, entry, failure);
+  return s;
 }
 
 Status RocksStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget) {
@@ -185,6 +207,82 @@ void RocksStore::ReadChunkBatch(const std::vector<ChunkRead>& chunks, size_t beg
     Status s = ReadChunkAt(*c.ref, *entry, c.dst);
     if (!s.ok()) fail(c, std::move(s));
   }
+}
+
+}  // namespace trainsnap::internal
+
+namespace trainsnap::internal {
+
+Result<std::shared_ptr<RocksStore::LatestView>> RocksStore::NewerView(uint64_t since) {
+  // Opened under latest_mu_: a view whose id is above `since` was opened
+  // after the caller read `since` (after its failed read), so it sees what
+  // the writer did before that read.
+  MutexLock lock(&latest_mu_);
+  if (latest_ && latest_->id > since) return latest_;
+  auto view = std::make_shared<LatestView>();
+  TRAINSNAP_RETURN_IF_ERROR(OpenRocks(path_, StoreOptions(), /*read_only=*/true, env_, &view->handles));
+  if (view->handles.handles.size() <= static_cast<size_t>(ColumnFamily::kChunks)) {
+    return Status::Corruption("open store " + path_ + " read-only: column families missing");
+  }
+  view->id = ++latest_opens_;
+  latest_ = view;
+  return view;
+}
+
+Result<std::optional<PackEntry>> RocksStore::CurrentEntry(const ChunkHash& hash, const PackEntry& failed) {
+  if (!read_only_) return LookupEntry(hash, rocksdb::ReadOptions());
+  auto lookup = [&](const LatestView& view) -> Result<std::optional<PackEntry>> {
+    rocksdb::PinnableSlice value;
+    rocksdb::Status s =
+        view.handles.db->Get(rocksdb::ReadOptions(), view.cf(ColumnFamily::kChunks), EncodeChunkKey(hash), &value);
+    if (s.IsNotFound()) return std::optional<PackEntry>();
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "chunk " + hash.Hex() + ": read its index entry"));
+    TRAINSNAP_ASSIGN_OR_RETURN(PackEntry entry, ParsePackEntry(std::string_view(value.data(), value.size())));
+    return std::optional<PackEntry>(entry);
+  };
+  std::shared_ptr<LatestView> view;
+  uint64_t since = 0;
+  {
+    MutexLock lock(&latest_mu_);
+    if (confirmed_damaged_.count(failed.pack) > 0) return std::optional<PackEntry>(failed);
+    view = latest_;
+    since = latest_opens_;
+  }
+  // A view opened before this failure may already know the new place (or
+  // that the chunk is gone); one that names the failed place may be older
+  // than the change, so a newer one decides.
+  if (view) {
+    TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, lookup(*view));
+    if (!entry || !(*entry == failed)) return entry;
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(view, NewerView(since));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, lookup(*view));
+  if (entry && *entry == failed) {
+    MutexLock lock(&latest_mu_);
+    confirmed_damaged_.insert(failed.pack);
+  }
+  return entry;
+}
+
+Result<bool> RocksStore::StoredNow(int64_t step) {
+  rocksdb::DB* db = db_;
+  rocksdb::ColumnFamilyHandle* snapshots = snapshots_cf_;
+  std::shared_ptr<LatestView> view;
+  if (read_only_) {
+    uint64_t since = 0;
+    {
+      MutexLock lock(&latest_mu_);
+      since = latest_opens_;
+    }
+    TRAINSNAP_ASSIGN_OR_RETURN(view, NewerView(since));
+    db = view->handles.db;
+    snapshots = view->cf(ColumnFamily::kSnapshots);
+  }
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), snapshots, EncodeStepKey(step), &value);
+  if (s.IsNotFound()) return false;
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(s, "read snapshot record of " + StepName(step)));
+  return true;
 }
 
 }  // namespace trainsnap::internal

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-
+#include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include <rocksdb/metadata.h>
@@ -22,6 +23,28 @@
 namespace trainsnap::internal {
 
 // --- verification and statistics ------------------------------------------------
+
+namespace {
+
+// The end of the last chunk the index `cf` of `db` places in each pack; an
+// entry that does not parse is reported through `problem`.
+Status PackEnds(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, std::map<uint32_t, uint64_t>* ends,
+                const std::function<void(std::string, Status)>& problem) {
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto entry = ParsePackEntry(std::string_view(it->value().data(), it->value().size()));
+    if (!entry.ok()) {
+      auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
+      problem("", entry.status().WithContext("chunk index entry of " + (hash.ok() ? hash->Hex() : "a bad key")));
+      continue;
+    }
+    uint64_t& end = (*ends)[entry->pack];
+    end = std::max(end, entry->end());
+  }
+  return FromRocks(it->status(), "scan the chunk index");
+}
+
+}  // namespace
 
 Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const ProgressFn& progress) {
   std::shared_lock<std::shared_mutex> view_lock;
@@ -164,6 +187,36 @@ Result<VerifyReport> RocksStore::Verify(std::optional<int64_t> step, const Progr
     }
   }
   if (progress) progress(steps.size(), steps.size());
+  // A read-only store verifies the snapshots of its view while the writer
+  // goes on: a snapshot it deleted meanwhile (its chunks collected) is no
+  // problem of the store, and a snapshot it still holds is checked by the
+  // reads above, which look a moved chunk up again (CurrentEntry).
+  std::set<int64_t> failed_steps;
+  for (const VerifyProblem& p : report.problems) {
+    if (!p.store) failed_steps.insert(p.step);
+  }
+  std::set<int64_t> deleted;
+  for (int64_t s : failed_steps) {
+    if (!read_only_) break;
+    auto stored = StoredNow(s);
+    if (stored.ok() && !*stored) deleted.insert(s);
+  }
+  if (!deleted.empty()) {
+    std::vector<VerifyProblem> kept;
+    for (VerifyProblem& p : report.problems) {
+      if (p.store || deleted.count(p.step) == 0) kept.push_back(std::move(p));
+    }
+    report.problems = std::move(kept);
+    report.deleted_meanwhile.assign(deleted.begin(), deleted.end());
+  }
+  // A writer stops deduplicating onto chunks that fail their hash.
+  if (!read_only_) {
+    std::vector<ChunkHash> bad;
+    for (const VerifyProblem& p : report.problems) {
+      if (!p.store && p.chunk_index >= 0 && p.status.code() == StatusCode::kCorruption) bad.push_back(p.hash);
+    }
+    static_cast<void>(MarkUnusableWithDeltas(std::move(bad)));
+  }
   return report;
 }
 
@@ -203,6 +256,7 @@ void RocksStore::VerifyStore(VerifyReport* report) {
     rocksdb::SstFileReader reader(table_options);
     rocksdb::Status s = reader.Open(table.directory + "/" + table.relative_filename);
     if (s.ok()) s = reader.VerifyChecksum();
+    if (!s.ok() && read_only_ && !TableLiveNow(table.relative_filename)) continue;  // compacted away since
     if (!s.ok()) {
       Status mapped = FromRocks(s, where);
       // Any failure to read back a file the MANIFEST lists is damage.
@@ -214,38 +268,45 @@ void RocksStore::VerifyStore(VerifyReport* report) {
   // start with the pack magic and hold the last chunk the index places in
   // it. The chunks themselves are checked by the reads below.
   std::map<uint32_t, uint64_t> pack_ends;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), chunks_cf_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto entry = ParsePackEntry(std::string_view(it->value().data(), it->value().size()));
-      if (!entry.ok()) {
-        auto hash = DecodeChunkKey(std::string_view(it->key().data(), it->key().size()));
-        problem("", entry.status().WithContext("chunk index entry of " + (hash.ok() ? hash->Hex() : "a bad key")));
-        continue;
-      }
-      uint64_t& end = pack_ends[entry->pack];
-      end = std::max(end, entry->end());
+  Status scanned = PackEnds(db_, chunks_cf_, &pack_ends, problem);
+  if (!scanned.ok()) problem("", scanned);
+  auto files = packs_->List();
+  std::vector<PackDamage> damage;
+  if (files.ok()) damage = FindPackDamage(pack_ends, *files);
+  if (!damage.empty() && read_only_) {
+    // This store's view may be older than a compaction that removed or cut
+    // a pack since: what the writer's index names now decides.
+    uint64_t since = 0;
+    {
+      MutexLock lock(&latest_mu_);
+      since = latest_opens_;
     }
-    if (!it->status().ok()) problem("", FromRocks(it->status(), "scan the chunk index"));
+    auto view = NewerView(since);
+    std::map<uint32_t, uint64_t> ends_now;
+    if (view.ok() &&
+        PackEnds((*view)->handles.db, (*view)->cf(ColumnFamily::kChunks), &ends_now, [](std::string, Status) {}).ok()) {
+      pack_ends = std::move(ends_now);
+      files = packs_->List();
+      damage = files.ok() ? FindPackDamage(pack_ends, *files) : std::vector<PackDamage>();
+    }
   }
+  if (!files.ok()) problem(kPackDir, files.status());
+  std::set<uint32_t> damaged;
+  for (const PackDamage& d : damage) {
+    damaged.insert(d.pack);
+    problem(std::string(kPackDir) + "/" + PackFileName(d.pack),
+            Status::Corruption("pack file " + d.Describe() + (d.size ? "" : " (a file of the store)")));
+  }
+  if (!read_only_) static_cast<void>(NoteDamage(damage));
   for (const auto& [pack, end] : pack_ends) {
+    if (damaged.count(pack) > 0) continue;
     const std::string file = std::string(kPackDir) + "/" + PackFileName(pack);
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(fs::path(path_) / file, ec);
-    if (ec) {
-      problem(file, Status::Corruption("pack file " + file + ": " + ec.message() + " (a file of the store is missing)"));
-      continue;
-    }
-    if (size < end) {
-      problem(file, Status::Corruption("pack file " + file + " has " + std::to_string(size) +
-                                       " bytes, the chunk index places chunks up to byte " + std::to_string(end)));
-    }
     char magic[kPackHeaderBytes] = {};
     Status read = packs_->ReadAt(pack, 0, kPackHeaderBytes, reinterpret_cast<uint8_t*>(magic));
     if (read.ok() && std::string_view(magic, kPackHeaderBytes) != std::string_view(kPackMagic, kPackHeaderBytes)) {
-      read = Status::Corruption("pack file " + file + ": bad magic");
+      read = Status::Corruption("bad magic");
     }
-    if (!read.ok()) problem(file, read);
+    if (!read.ok()) problem(file, read.WithContext("pack file " + file));
   }
   // Every column family the store relies on, read at one snapshot.
   rocksdb::ManagedSnapshot at(db_);
@@ -288,6 +349,22 @@ void RocksStore::VerifyStore(VerifyReport* report) {
   }
   auto log = CommitLog::Read(path_);
   if (!log.ok()) problem(CommitLog::kFileName, log.status());
+}
+
+bool RocksStore::TableLiveNow(const std::string& name) {
+  uint64_t since = 0;
+  {
+    MutexLock lock(&latest_mu_);
+    since = latest_opens_;
+  }
+  auto view = NewerView(since);
+  if (!view.ok()) return true;  // cannot tell: the failure stands
+  std::vector<rocksdb::LiveFileMetaData> tables;
+  (*view)->handles.db->GetLiveFilesMetaData(&tables);
+  for (const rocksdb::LiveFileMetaData& t : tables) {
+    if (t.relative_filename == name) return true;
+  }
+  return false;
 }
 
 Status RocksStore::FindLeftovers(const rocksdb::Snapshot* at, std::map<int64_t, uint64_t>* leftovers) {

@@ -18,7 +18,7 @@ TEST(ExitCodeTest, EveryStatusCodeHasTheDocumentedExitCode) {
   // The table in docs/cli.md, "Exit codes".
   const std::vector<std::pair<StatusCode, int>> table = {
       {StatusCode::kOk, 0},           {StatusCode::kNotFound, 4},      {StatusCode::kCorruption, 3},
-      {StatusCode::kInvalidArgument, 2}, {StatusCode::kContractMismatch, 1}, {StatusCode::kIOError, 1},
+      {StatusCode::kInvalidArgument, 2}, {StatusCode::kContractMismatch, 1}, {StatusCode::kIOError, 6},
       {StatusCode::kNoSpace, 1},      {StatusCode::kBusy, 5},          {StatusCode::kAborted, 1},
       {StatusCode::kNotSupported, 1}, {StatusCode::kAlreadyExists, 1},
   };

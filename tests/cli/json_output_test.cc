@@ -49,7 +49,12 @@ TEST(JsonOutputTest, GcReportFields) {
   report.bytes_deleted = 16384;
   report.chunks_live = 6;
   EXPECT_EQ(GcReportJson(report).dump(),
-            R"({"bytes_deleted":16384,"chunks_deleted":4,"chunks_live":6,"chunks_scanned":10})");
+            R"({"bytes_deleted":16384,"chunks_deleted":4,"chunks_live":6,"chunks_scanned":10,)"
+            R"("damaged_packs":[],"damaged_steps":[]})");
+  report.damaged_packs = {"packs/pack-00000002.pack is missing"};
+  report.damaged_steps = {3, 7};
+  EXPECT_EQ(GcReportJson(report)["damaged_packs"].dump(), R"(["packs/pack-00000002.pack is missing"])");
+  EXPECT_EQ(GcReportJson(report)["damaged_steps"].dump(), "[3,7]");
 }
 
 TEST(JsonOutputTest, OptionalNumbersAreNullWhenUndefinedOrNotFinite) {

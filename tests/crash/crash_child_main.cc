@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   StoreOptions options;
   options.sync = true;
   options.threads = 2;
+  // The parent's clock for kills during the open (a store's creation).
+  Report("O");
   auto store = Store::Open(path, options);
   if (!store.ok()) Fail("open", store.status());
   Checkpointer checkpointer(**store);

@@ -232,6 +232,55 @@ int Run() {
     return 0;
   }
 
+  if (scenario == "tensor_extra") {
+    // Every rank's state holds a tensor_extra with a tensor of its own.
+    // Step 1 is restored twice: first with rank --bad's tensor_extra
+    // refusing its state (every rank returns that rank's error, nothing
+    // changes anywhere), then for real (bitwise, tensor_extra included).
+    class Counter final : public TensorStateful {
+     public:
+      Status SaveState(TensorState* state) const override {
+        *state = TensorState();
+        state->type = "counter";
+        state->tensors["value"] = value;
+        return Status::OK();
+      }
+      Status LoadState(TensorState state) override {
+        if (refuse) return Status::InvalidArgument("counter refused its state");
+        value = state.tensors.at("value").clone();
+        return Status::OK();
+      }
+      torch::Tensor value;
+      bool refuse = false;
+    } counter;
+    const int bad = static_cast<int>(IntFlag("bad", -1));
+    Job job(group, sharded);
+    auto checkpointer = OpenOrFail(group, options);
+    counter.value = torch::full({4}, static_cast<float>(rank + 1));
+    auto dump = [&] {
+      const torch::Tensor value = counter.value.contiguous();
+      return job.Dump() + std::string(static_cast<const char*>(value.data_ptr()), value.nbytes());
+    };
+    TrainingState state = job.State();
+    state.tensor_extra["counter"] = &counter;
+    job.Step(1);
+    Status captured = checkpointer->Capture(1, state);
+    if (!captured.ok()) Fail("capture 1", captured);
+    const std::string at_one = dump();
+    job.Step(2);
+    counter.value = counter.value + 10;
+    captured = checkpointer->Capture(2, state);
+    if (!captured.ok()) Fail("capture 2", captured);
+    const std::string before = dump();
+    counter.refuse = rank == bad;
+    PutStatus("refused_", checkpointer->Restore(1, state));
+    Put("unchanged", dump() == before ? "1" : "0");
+    counter.refuse = false;
+    PutStatus("restore_", checkpointer->Restore(1, state));
+    Put("restored_equal", dump() == at_one ? "1" : "0");
+    return 0;
+  }
+
   if (scenario == "world") {
     Job job(group, sharded);
     auto checkpointer = OpenOrFail(group, options);

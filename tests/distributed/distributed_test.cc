@@ -381,6 +381,27 @@ TEST(DistributedCheckpointerTest, MismatchedModelOnOneRankFailsEveryRankIdentica
   EXPECT_NE(message.find("restore step 2"), std::string::npos) << message;
 }
 
+// tensor_extra (the Python binding's optimizers and extras) restores
+// bitwise on every rank, and one that refuses its state on one rank fails
+// the restore on every rank, each unchanged: the rank agreement loads after
+// every tensor_extra.
+TEST(DistributedCheckpointerTest, TensorExtraRestoresOnEveryRankAndARefusalOnOneRankChangesNoRank) {
+  TempDir dir;
+  const int world = 3;
+  std::vector<RankResult> results = RunAll(dir.path(), "tensor_extra", world,
+      {{"scenario", "tensor_extra"}, {"run_dir", dir.path() + "/run"}, {"bad", "1"}});
+  ExpectAllExited(results);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(results[r].values.at("refused_code"), "InvalidArgument");
+    EXPECT_EQ(results[r].values.at("refused_message"),
+              "rank 1: restore step 1: extra state `counter`: counter refused its state");
+    EXPECT_EQ(results[r].values.at("unchanged"), "1");
+    EXPECT_EQ(results[r].values.at("restore_code"), "OK");
+    EXPECT_EQ(results[r].values.at("restored_equal"), "1");
+  }
+}
+
 std::string RankStore(const std::string& run, int rank) {
   char name[16];
   std::snprintf(name, sizeof(name), "rank-%05d", rank);

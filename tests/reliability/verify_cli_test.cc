@@ -33,13 +33,14 @@ namespace fs = std::filesystem;
 
 constexpr int kExitOk = 0;
 constexpr int kExitCorruption = 3;
+constexpr int kExitNotFound = 4;
+constexpr int kExitIOError = 6;
 
 struct CliRun {
   int exit_code = -1;  // -1: did not exit normally
   std::string out, err;
 };
 
-constexpr int kExitError = 1;
 constexpr uid_t kNobody = 65534;
 
 // Runs the trainsnap binary (no shell), stdin from /dev/null; as user
@@ -285,10 +286,10 @@ TEST_F(VerifyCliTest, RepairDeletesLeftoversAndKeepsEverySnapshot) {
   EXPECT_TRUE(StoreHoldsExactly(**store, all));
 }
 
-// Permission denied is its own error (exit 1 naming the path), not "held by
+// Permission denied is its own error (exit 6 naming the path), not "held by
 // another process": as user nobody, on a store owned by root in a read-only
 // location. Reading it (verify) works there.
-TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
+TEST_F(VerifyCliTest, PermissionDeniedIsAnIOErrorNotBusy) {
   const std::string parent = dir_.Sub("readonly");
   const std::string path = parent + "/store";
   fs::create_directories(parent);
@@ -310,7 +311,7 @@ TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"gc", path}, {"verify", "--repair", path}, {"rollback", "--yes", path, "3"}}) {
     CliRun run = RunCli(args, dir_.Sub("perm.cli"), kNobody);
-    EXPECT_EQ(run.exit_code, kExitError) << args[0] << ": " << run.err;
+    EXPECT_EQ(run.exit_code, kExitIOError) << args[0] << ": " << run.err;
     EXPECT_NE(run.err.find("Permission denied"), std::string::npos) << run.err;
     EXPECT_NE(run.err.find(path), std::string::npos) << run.err;
     EXPECT_EQ(run.err.find("held by another"), std::string::npos) << run.err;
@@ -320,10 +321,103 @@ TEST_F(VerifyCliTest, PermissionDeniedIsExitOneNotBusy) {
   // A store below a directory nobody may enter: not "does not exist".
   ASSERT_EQ(::chmod(parent.c_str(), 0700), 0);
   CliRun hidden = RunCli({"list", path}, dir_.Sub("perm.hidden"), kNobody);
-  EXPECT_EQ(hidden.exit_code, kExitError) << hidden.err;
+  EXPECT_EQ(hidden.exit_code, kExitIOError) << hidden.err;
   EXPECT_NE(hidden.err.find("Permission denied"), std::string::npos) << hidden.err;
   ASSERT_EQ(::chmod(parent.c_str(), 0755), 0);
   ASSERT_EQ(::chmod(path.c_str(), 0755), 0);  // so that the fixture can remove it
+}
+
+// A pack file the user running verify may not read: every problem is an
+// I/O error naming the file and errno, not corruption; exit 6, not 3.
+TEST_F(VerifyCliTest, AnUnreadablePackIsAnIOErrorNotCorruption) {
+  const std::string path = dir_.Sub("unreadable");
+  CopyDir(base_, path);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    ASSERT_EQ(::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644), 0);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  const std::vector<fs::path> packs = FilesOfKind(path, ".pack");
+  ASSERT_FALSE(packs.empty());
+  for (const fs::path& f : packs) ASSERT_EQ(::chmod(f.c_str(), 0), 0);
+  CliRun run = RunCli({"verify", path}, dir_.Sub("unreadable.cli"), kNobody);
+  EXPECT_EQ(run.exit_code, kExitIOError) << run.out << run.err;
+  EXPECT_NE(run.err.find("I/O errors"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("Permission denied"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(packs.front().filename().string()), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("no corruption found in what was read"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("corruption found:"), std::string::npos) << run.err;
+  EXPECT_NE(run.out.find("I/O errors (files that could not be read; no corruption found)"), std::string::npos)
+      << run.out;
+  CliRun json = RunCli({"verify", path, "--json"}, dir_.Sub("unreadable.json"), kNobody);
+  EXPECT_EQ(json.exit_code, kExitIOError) << json.err;
+  EXPECT_NE(json.out.find("\"corruption_problems\": 0"), std::string::npos) << json.out;
+  EXPECT_EQ(json.out.find("\"io_error_problems\": 0"), std::string::npos) << json.out;
+  // Root reads it: the bytes were whole all along.
+  EXPECT_EQ(RunCli({"verify", path}, dir_.Sub("unreadable.root")).exit_code, kExitOk);
+}
+
+// A pack file deleted: gc does everything else, exits 0, and says on stderr
+// which pack is gone and which snapshots need it, with the ways out; verify
+// then reports the damage (exit 3).
+TEST_F(VerifyCliTest, GcOnAStoreWithAMissingPackSucceedsAndNamesTheDamagedSnapshots) {
+  const std::string path = dir_.Sub("missing_pack");
+  CopyDir(base_, path);
+  // Pack 1 holds the chunks of steps 1..6, among them a tensor every step
+  // shares (steps 7..8 were written by a later open, into pack 2).
+  ASSERT_TRUE(fs::remove(path + "/packs/pack-00000001.pack"));
+  for (int round = 0; round < 2; ++round) {
+    CliRun gc = RunCli({"gc", path}, dir_.Sub("missing_pack.gc" + std::to_string(round)));
+    EXPECT_EQ(gc.exit_code, kExitOk) << gc.err;
+    EXPECT_NE(gc.err.find("warning: the store is damaged; garbage collection "
+                          "did everything else"),
+              std::string::npos)
+        << gc.err;
+    EXPECT_NE(gc.err.find("packs/pack-00000001.pack is missing (left as it is)"), std::string::npos) << gc.err;
+    EXPECT_NE(gc.err.find("snapshots that need the lost chunks: 1, 2, 3, 4, 5, 6, 7, 8"), std::string::npos) << gc.err;
+    EXPECT_NE(gc.err.find("trainsnap delete STORE 1 2 3 4 5 6 7 8"), std::string::npos) << gc.err;
+  }
+  CliRun json = RunCli({"gc", path, "--json"}, dir_.Sub("missing_pack.json"));
+  EXPECT_EQ(json.exit_code, kExitOk) << json.err;
+  EXPECT_NE(json.out.find("\"damaged_steps\": ["), std::string::npos) << json.out;
+  EXPECT_EQ(RunCli({"verify", path}, dir_.Sub("missing_pack.verify")).exit_code, kExitCorruption);
+}
+
+// A directory a store creation was killed in: every command says so (exit
+// 4, not a RocksDB detail or a usage error) and changes nothing.
+TEST_F(VerifyCliTest, AnInterruptedCreationIsNamedByEveryCommand) {
+  const std::string path = dir_.Sub("half");
+  fs::create_directories(path);
+  for (const char* name : {"TRAINSNAP_CREATING", "CURRENT", "MANIFEST-000001", "LOCK", "IDENTITY"}) {
+    std::ofstream(path + "/" + name) << "x";
+  }
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"list", path}, {"verify", path}, {"gc", path}, {"stats", path}, {"delete", path, "1"}}) {
+    CliRun run = RunCli(args, dir_.Sub("half.cli"));
+    EXPECT_EQ(run.exit_code, kExitNotFound) << args[0] << ": " << run.err;
+    EXPECT_NE(run.err.find("store creation was interrupted"), std::string::npos) << args[0] << ": " << run.err;
+  }
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(path)) entries += e.is_regular_file() && fs::file_size(e.path()) == 1;
+  EXPECT_EQ(entries, 5u);
+}
+
+// A run directory whose rank-00000/ is gone: named as a run directory with
+// the missing part, not "no trainsnap store ... holds no database".
+TEST_F(VerifyCliTest, ARunDirectoryWithoutRankZeroSaysWhatIsMissing) {
+  const std::string run_dir = dir_.Sub("run");
+  fs::create_directories(run_dir);
+  CopyDir(base_, run_dir + "/rank-00001");
+  fs::create_directories(run_dir + "/global");
+  for (const char* command : {"list", "verify", "gc"}) {
+    CliRun run = RunCli({command, run_dir}, dir_.Sub("run.cli"));
+    EXPECT_EQ(run.exit_code, kExitNotFound) << command << ": " << run.err;
+    EXPECT_NE(run.err.find("is a run directory of a multi-rank run "
+                           "(docs/distributed.md) whose rank-00000/ is "
+                           "missing (found global/, rank-00001/)"),
+              std::string::npos)
+        << command << ": " << run.err;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,11 @@
+// The names of the files trainsnap itself keeps in a store directory, beside
+// RocksDB's (docs/format.md, "Files"). RocksDB ignores names it does not
+// know.
+#pragma once
+
+namespace trainsnap::internal {
+
+// The reserve file (StoreOptions::reserve_bytes).
+inline constexpr char kReserveFile[] = "SPACE_RESERVE";
+
+}  // namespace trainsnap::internal
