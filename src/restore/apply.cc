@@ -142,12 +142,4 @@ void WritePlan(RestorePlan& plan) {
   if (plan.rng.has_value()) ApplyRng(*plan.rng);
 }
 
-Status ApplyPlan(RestorePlan& plan) {
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(plan));
-  ExtrasUndo undo;
-  TRAINSNAP_RETURN_IF_ERROR(LoadExtras(plan, &undo));
-  WritePlan(plan);
-  return Status::OK();
-}
-
 }  // namespace trainsnap::internal

@@ -96,7 +96,4 @@ Status LoadExtras(RestorePlan& plan, ExtrasUndo* undo);
 // may still throw: a replaced gradient).
 void WritePlan(RestorePlan& plan);
 
-// The whole apply in one: CheckWritable, LoadExtras, WritePlan.
-Status ApplyPlan(RestorePlan& plan);
-
 }  // namespace trainsnap::internal
