@@ -1,15 +1,18 @@
 // distributed_bench: DistributedCheckpointer with 1, 2 and 4 ranks on the
 // same model (every rank a process on 127.0.0.1, Gloo), against LibTorch's
 // torch::save/torch::load on every rank. Per rank: the training thread's
-// stall per CaptureAsync against a plain memcpy (clone) of the same tensors;
-// aggregate persist MB/s (snapshots back to back, every byte changed: the
-// bytes all ranks wrote, and the state they hold, per second); the bytes
-// each rank wrote (its share of the replicated state: the balance) and
-// stored (from the global record); restore time of RestoreLatest against
-// torch::load; with --verify, the same run again with verify_replicas on
-// (its stall). Results: bench/README.md, "Several ranks".
+// stall per CaptureAsync (the loop that waits for the previous step's handle
+// first, so the stall is the staging alone) against a plain memcpy (clone) of
+// the same tensors; aggregate persist MB/s (snapshots back to back, every
+// byte changed: the bytes all ranks wrote, and the state they hold, per
+// second); the bytes each rank wrote (its share of the replicated state: the
+// balance) and stored (from the global record); restore time of
+// RestoreLatest against torch::load; the replica check off and on in
+// interleaved runs (--rounds of each); with --retention, what a retention
+// drop adds to a blocking Capture (keep_last 2 against keep_last 0, the
+// runs interleaved). Results: bench/README.md, "Several ranks".
 //
-//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--verify] [--dir DIR] [--json FILE]
+//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--rounds 3] [--retention] [--dir DIR] [--json FILE]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,7 +90,7 @@ struct Job {
 };
 
 int RunRank(int rank, int world, const std::string& dir, const std::string& rendezvous, int64_t mb, int snapshots,
-            bool verify, const std::string& result_path) {
+            bool verify, int keep_last, bool blocking, const std::string& result_path) {
   torch::set_num_threads(1);
   const std::chrono::minutes timeout(5);
   auto store = c10::make_intrusive<c10d::FileStore>(rendezvous, world);
@@ -101,6 +104,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   options.store.sync = true;
   options.store.reserve_bytes = 0;
   options.verify_replicas = verify;
+  options.store.retention.keep_last = keep_last;
   auto opened = trainsnap::DistributedCheckpointer::Open(dir + "/run", group, options);
   if (!opened.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, opened.status().ToString().c_str());
@@ -111,8 +115,32 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   result["rank"] = rank;
   result["logical_bytes"] = job.Bytes();
 
-  // Stall vs memcpy: CaptureAsync returns once staged (host copies taken).
+  if (blocking) {
+    // A retention run: the latency of a blocking Capture (stage, encode,
+    // commit, global commit and, with keep_last, this step's retention drop).
+    std::vector<double> capture_s;
+    for (int s = 1; s <= snapshots; ++s) {
+      job.Perturb();
+      auto start = Clock::now();
+      trainsnap::Status captured = checkpointer.Capture(s, job.State());
+      capture_s.push_back(Seconds(start));
+      if (!captured.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, captured.ToString().c_str());
+        return 1;
+      }
+    }
+    // The first keep_last + 1 captures drop nothing (nor do those of the
+    // run without retention they are compared with).
+    const size_t skip = static_cast<size_t>(std::min(keep_last + 1, snapshots - 1));
+    result["capture_ms"] = Median(std::vector<double>(capture_s.begin() + static_cast<std::ptrdiff_t>(skip), capture_s.end())) * 1e3;
+    std::ofstream(result_path) << result.dump();
+    return 0;
+  }
+  // Stall vs memcpy: CaptureAsync returns once staged (host copies taken),
+  // after the previous step's handle completed (as a training loop whose
+  // steps outlast a commit finds it).
   std::vector<double> stall, memcpy_s;
+  trainsnap::CaptureHandle previous;
   const auto persist_start = Clock::now();
   for (int s = 1; s <= snapshots; ++s) {
     job.Perturb();
@@ -121,6 +149,13 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
     for (const torch::Tensor& t : job.Tensors()) copies.push_back(t.clone());
     memcpy_s.push_back(Seconds(copy_start));
     copies.clear();
+    if (s > 1) {
+      trainsnap::Status settled = previous.Wait();
+      if (!settled.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, settled.ToString().c_str());
+        return 1;
+      }
+    }
     auto capture_start = Clock::now();
     auto handle = checkpointer.CaptureAsync(s, job.State());
     stall.push_back(Seconds(capture_start));
@@ -128,6 +163,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
       std::fprintf(stderr, "rank %d: %s\n", rank, handle.status().ToString().c_str());
       return 1;
     }
+    previous = *handle;
   }
   trainsnap::Status flushed = checkpointer.Flush();
   const double persist_s = Seconds(persist_start);
@@ -167,15 +203,19 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   return 0;
 }
 
-json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots, bool verify) {
-  const std::string dir = base + "/ranks-" + std::to_string(world) + (verify ? "-verify" : "");
+json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots, bool verify,
+              int keep_last = 0, bool blocking = false) {
+  const std::string dir = base + "/ranks-" + std::to_string(world) + (verify ? "-verify" : "") +
+                          (blocking ? "-keep" + std::to_string(keep_last) : "");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> args{self, "rank", "--rank", std::to_string(r), "--world", std::to_string(world),
                                   "--dir", dir, "--rendezvous", dir + "/rendezvous", "--mb", std::to_string(mb),
-                                  "--snapshots", std::to_string(snapshots), "--verify", verify ? "1" : "0", "--result",
+                                  "--snapshots", std::to_string(snapshots), "--verify", verify ? "1" : "0",
+                                  "--keep-last", std::to_string(keep_last), "--blocking", blocking ? "1" : "0",
+                                  "--result",
                                   dir + "/result-" + std::to_string(r) + ".json"};
     const pid_t pid = fork();
     if (pid == 0) {
@@ -197,6 +237,15 @@ json RunWorld(const std::string& self, const std::string& base, int world, int64
   out["ranks"] = world;
   out["ok"] = ok;
   if (!ok) return out;
+  if (blocking) {
+    double capture = 0;
+    for (int r = 0; r < world; ++r) {
+      json rank = json::parse(std::ifstream(dir + "/result-" + std::to_string(r) + ".json"));
+      capture = std::max(capture, rank["capture_ms"].get<double>());
+    }
+    out["capture_ms_max"] = capture;
+    return out;
+  }
   double persist = 0, restore = 0, load = 0;
   uint64_t logical = 0;
   for (int r = 0; r < world; ++r) {
@@ -245,16 +294,18 @@ int main(int argc, char** argv) {
   std::vector<int> worlds{1, 2, 4};
   int64_t mb = 32;
   int snapshots = 6;
+  int rounds = 3;
+  bool retention = false;
   std::string dir = (fs::temp_directory_path() / "trainsnap_distributed_bench").string();
   std::string json_path;
-  bool verify = false;
-  app.add_flag("--verify", verify, "also run every world size with verify_replicas on");
   app.add_option("--ranks", worlds, "world sizes to run")->delimiter(',');
   app.add_option("--mb", mb, "MiB of parameters per rank (optimizer state adds 2x)");
-  app.add_option("--snapshots", snapshots, "snapshots per rank, back to back");
+  app.add_option("--snapshots", snapshots, "snapshots per rank and run")->check(CLI::Range(4, 100000));
+  app.add_option("--rounds", rounds, "runs with the replica check off and on, interleaved, per world size");
+  app.add_flag("--retention", retention, "also measure a retention drop (keep_last 2 against 0, interleaved)");
   app.add_option("--dir", dir, "working directory (removed first)");
   app.add_option("--json", json_path, "write the results here");
-  int rank = 0, world = 1, rank_verify = 0;
+  int rank = 0, world = 1, rank_verify = 0, keep_last = 0, blocking = 0;
   std::string rendezvous, result;
   CLI::App* one = app.add_subcommand("rank", "one rank (internal)");
   one->add_option("--rank", rank);
@@ -265,46 +316,98 @@ int main(int argc, char** argv) {
   one->add_option("--snapshots", snapshots);
   one->add_option("--result", result);
   one->add_option("--verify", rank_verify);
+  one->add_option("--keep-last", keep_last);
+  one->add_option("--blocking", blocking);
   CLI11_PARSE(app, argc, argv);
-  if (*one) return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, result);
+  if (*one) {
+    return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, keep_last, blocking != 0, result);
+  }
 
   const std::string self = fs::canonical("/proc/self/exe").string();
   json all = json::array();
+  json summary = json::array();
   std::printf("%5s %6s %10s %10s %12s %12s %16s %8s %14s %10s %12s\n", "ranks", "verify", "stall_ms", "memcpy_ms",
               "written_MB/s", "state_MB/s", "written_MB/rank", "max/mean", "stored_MB/rank", "restore_s",
               "torch_load_s");
-  std::vector<std::pair<int, bool>> runs;
   for (int w : worlds) {
-    runs.push_back({w, false});
-    if (verify) runs.push_back({w, true});
+    // Off and on alternate, so that a change in the machine's load hits both.
+    std::vector<double> stall[2], restore, load;
+    for (int round = 0; round < rounds; ++round) {
+      for (bool with_verify : {false, true}) {
+        json r = RunWorld(self, dir, w, mb, snapshots, with_verify);
+        r["verify_replicas"] = with_verify;
+        r["round"] = round;
+        all.push_back(r);
+        if (!r["ok"].get<bool>()) {
+          std::printf("%5d failed\n", w);
+          continue;
+        }
+        std::string written;
+        for (const auto& b : r["written_bytes_last_step"]) {
+          written += (written.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
+        }
+        std::string stored;
+        for (const auto& b : r["stored_bytes_last_step"]) {
+          stored += (stored.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
+        }
+        double worst = 0, copy = 0;
+        for (const auto& pr : r["per_rank"]) {
+          worst = std::max(worst, pr["stall_ms"].get<double>());
+          copy = std::max(copy, pr["memcpy_ms"].get<double>());
+        }
+        stall[with_verify ? 1 : 0].push_back(worst);
+        restore.push_back(r["restore_s_max"].get<double>());
+        load.push_back(r["torch_load_s_max"].get<double>());
+        std::printf("%5d %6s %10.1f %10.1f %12.0f %12.0f %16s %8.3f %14s %10.3f %12.3f\n", w,
+                    with_verify ? "on" : "off", worst, copy, r["aggregate_persist_mb_s"].get<double>(),
+                    r["state_persist_mb_s"].get<double>(), written.c_str(), r["balance_max_over_mean"].get<double>(),
+                    stored.c_str(), r["restore_s_max"].get<double>(), r["torch_load_s_max"].get<double>());
+        std::fflush(stdout);
+      }
+    }
+    json row;
+    row["ranks"] = w;
+    row["stall_ms_verify_off"] = Median(stall[0]);
+    row["stall_ms_verify_on"] = Median(stall[1]);
+    row["stall_on_over_off"] = Median(stall[0]) > 0 ? Median(stall[1]) / Median(stall[0]) : 0.0;
+    row["restore_s"] = Median(restore);
+    row["torch_load_s"] = Median(load);
+    row["restore_over_torch_load"] = Median(load) > 0 ? Median(restore) / Median(load) : 0.0;
+    summary.push_back(row);
   }
-  for (const auto& [w, with_verify] : runs) {
-    json r = RunWorld(self, dir, w, mb, snapshots, with_verify);
-    r["verify_replicas"] = with_verify;
-    all.push_back(r);
-    if (!r["ok"].get<bool>()) {
-      std::printf("%5d failed\n", w);
-      continue;
+  if (retention) {
+    for (int w : worlds) {
+      std::vector<double> keep[2];
+      for (int round = 0; round < rounds; ++round) {
+        for (int k : {0, 1}) {
+          json r = RunWorld(self, dir, w, mb, snapshots, /*verify=*/true, /*keep_last=*/k == 0 ? 0 : 2,
+                            /*blocking=*/true);
+          r["keep_last"] = k == 0 ? 0 : 2;
+          all.push_back(r);
+          if (r["ok"].get<bool>()) keep[k].push_back(r["capture_ms_max"].get<double>());
+        }
+      }
+      for (json& row : summary) {
+        if (row["ranks"] != w) continue;
+        row["capture_ms_keep_all"] = Median(keep[0]);
+        row["capture_ms_keep_last_2"] = Median(keep[1]);
+        row["retention_drop_ms"] = Median(keep[1]) - Median(keep[0]);
+      }
     }
-    std::string written;
-    for (const auto& b : r["written_bytes_last_step"]) {
-      written += (written.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
-    }
-    std::string stored;
-    for (const auto& b : r["stored_bytes_last_step"]) {
-      stored += (stored.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
-    }
-    double stall = 0, copy = 0;
-    for (const auto& pr : r["per_rank"]) {
-      stall = std::max(stall, pr["stall_ms"].get<double>());
-      copy = std::max(copy, pr["memcpy_ms"].get<double>());
-    }
-    std::printf("%5d %6s %10.1f %10.1f %12.0f %12.0f %16s %8.3f %14s %10.3f %12.3f\n", w, with_verify ? "on" : "off",
-                stall, copy, r["aggregate_persist_mb_s"].get<double>(), r["state_persist_mb_s"].get<double>(),
-                written.c_str(), r["balance_max_over_mean"].get<double>(), stored.c_str(),
-                r["restore_s_max"].get<double>(), r["torch_load_s_max"].get<double>());
-    std::fflush(stdout);
   }
-  if (!json_path.empty()) std::ofstream(json_path) << all.dump(2);
+  std::printf("\n%5s %14s %13s %8s %10s %12s %9s %13s %13s %9s\n", "ranks", "stall_off_ms", "stall_on_ms", "on/off",
+              "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms");
+  for (const json& row : summary) {
+    std::printf("%5d %14.1f %13.1f %8.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f\n", row["ranks"].get<int>(),
+                row["stall_ms_verify_off"].get<double>(), row["stall_ms_verify_on"].get<double>(),
+                row["stall_on_over_off"].get<double>(), row["restore_s"].get<double>(),
+                row["torch_load_s"].get<double>(), row["restore_over_torch_load"].get<double>(),
+                row.value("capture_ms_keep_all", 0.0), row.value("capture_ms_keep_last_2", 0.0),
+                row.value("retention_drop_ms", 0.0));
+  }
+  json doc;
+  doc["runs"] = all;
+  doc["summary"] = summary;
+  if (!json_path.empty()) std::ofstream(json_path) << doc.dump(2);
   return 0;
 }

@@ -1,20 +1,32 @@
 // train_data_parallel: a data-parallel fine-tune over several processes
 // (LibTorch c10d, Gloo on 127.0.0.1) that snapshots every step with a
-// trainsnap DistributedCheckpointer, and a demo that SIGKILLs one rank
-// mid-run, restarts every rank, and proves each rank's final state bitwise
-// identical to a run that never stopped.
+// trainsnap DistributedCheckpointer; its data order is a ResumableSampler in
+// distributed mode. Two demos: one SIGKILLs a rank mid-run, restarts every
+// rank, and proves each rank's final state bitwise identical to a run that
+// never stopped; the other trains on 4 ranks, restores the run on 2 (a lost
+// node) and trains on.
 //
-//   train_data_parallel demo DIR [--ranks N] [--steps S]     the whole demo (scripts/demo.sh)
+//   train_data_parallel demo DIR [--ranks N] [--steps S]     the kill demo
+//   (scripts/demo.sh) train_data_parallel elastic DIR [--from N] [--to M]
+//   [--steps S]
+//       S/2 steps on N ranks, then M ranks restore the latest global step
+//       (each rank's restored state bitwise that of the same rank, or of
+//       rank r % N, at capture) and train to step S.
 //   train_data_parallel rank --rank R --world N --run-dir D --rendezvous FILE
 //                            [--steps S] [--crash-at K] [--final FILE]
+//                            [--restored FILE]
 //       One rank. Resumes from the latest global step of D if there is one,
 //       trains to step S with a CaptureAsync after every step. --crash-at K:
 //       SIGKILLs itself right after staging step K. --final: writes the
-//       rank's final training state (raw bytes) for the comparison.
+//       rank's final training state (raw bytes) for the comparison;
+//       --restored: the same, right after the restore.
+#include <ATen/CPUGeneratorImpl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -23,24 +35,33 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <vector>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/torch.h>
+#include <vector>
 
 #include "trainsnap/distributed.h"
+#include "trainsnap/sampler.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 constexpr int64_t kDim = 128;
-constexpr int64_t kBatch = 32;
+constexpr int64_t kBatch = 32;         // samples per rank and step
+constexpr size_t kSamples = 1 << 16;   // the dataset's size
 constexpr uint64_t kModelSeed = 2024;  // the same model on every rank
-constexpr uint64_t kDataSeed = 0xda7a;
+constexpr uint64_t kDataSeed = 0xda7a;  // the sampler's shuffle
+
+// Sample i of the dataset: its input and target depend on i alone.
+std::pair<torch::Tensor, torch::Tensor> Batch(const std::vector<size_t>& indices) {
+  std::vector<torch::Tensor> xs;
+  for (size_t i : indices) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kDataSeed + i);
+    xs.push_back(torch::randn({kDim}, gen));
+  }
+  torch::Tensor x = torch::stack(xs);
+  return {x, x.narrow(1, 0, 8).sum(1, true).tanh()};
+}
 
 // A frozen "pretrained" trunk and a trainable head with dropout.
 class ModelImpl : public torch::nn::Module {
@@ -66,8 +87,25 @@ void Append(std::string* out, const torch::Tensor& t) {
   out->append(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
+// Parameters, optimizer state and the RNG as raw bytes: equal bytes, equal
+// training state.
+void WriteState(const std::string& path, Model& model, const std::vector<torch::Tensor>& trainable,
+                torch::optim::AdamW& optimizer) {
+  std::string bytes;
+  for (const torch::Tensor& p : model->parameters()) Append(&bytes, p);
+  for (const torch::Tensor& p : trainable) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(
+        *optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    bytes += std::to_string(s.step());
+    Append(&bytes, s.exp_avg());
+    Append(&bytes, s.exp_avg_sq());
+  }
+  Append(&bytes, at::detail::getDefaultCPUGenerator().get_state());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
 int RunRank(int rank, int world, const std::string& run_dir, const std::string& rendezvous, int64_t steps,
-            int64_t crash_at, const std::string& final_path) {
+            int64_t crash_at, const std::string& final_path, const std::string& restored_path) {
   torch::set_num_threads(1);
   const std::chrono::seconds timeout(30);
   // The trainer's own process group, as any LibTorch data-parallel job makes it.
@@ -94,28 +132,47 @@ int RunRank(int rank, int world, const std::string& run_dir, const std::string& 
     return 1;
   }
   trainsnap::DistributedCheckpointer& checkpointer = **opened;
+  // The data order: rank r of N takes every N-th sample from the global
+  // position; its state (epoch, global position) resumes on any world size.
+  trainsnap::ResumableSampler sampler(kSamples, kDataSeed);
+  trainsnap::Status distributed = sampler.Distribute(rank, world);
+  if (!distributed.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, distributed.ToString().c_str());
+    return 1;
+  }
   trainsnap::TrainingState state;
   state.model = model.get();
   state.optimizer = &optimizer;
+  state.extra["sampler"] = &sampler;
 
   int64_t first = 1;
   auto latest = checkpointer.RestoreLatest(state);  // every rank restores the same global step
   if (latest.ok()) {
     first = *latest + 1;
     if (rank == 0) {
-      std::printf("rank 0: every rank restored global step %lld\n", static_cast<long long>(*latest));
+      std::printf("rank 0: every rank of %d restored global step %lld (data position %zu of epoch %lld)\n", world,
+                  static_cast<long long>(*latest), sampler.consumed(), static_cast<long long>(sampler.epoch()));
       std::fflush(stdout);
     }
+    if (!restored_path.empty()) WriteState(restored_path, model, trainable, optimizer);
   } else if (latest.status().code() != trainsnap::StatusCode::kNotFound) {
     std::fprintf(stderr, "rank %d: %s\n", rank, latest.status().ToString().c_str());
     return 1;
   }
+  sampler.reset();  // a fresh epoch, or the restored position
 
   for (int64_t step = first; step <= steps; ++step) {
-    // This rank's batch depends only on (step, rank): no data cursor to save.
-    at::Generator data = at::make_generator<at::CPUGeneratorImpl>(kDataSeed + static_cast<uint64_t>(step * world + rank));
-    torch::Tensor x = torch::randn({kBatch, kDim}, data);
-    torch::Tensor y = x.narrow(1, 0, 8).sum(1, true).tanh();
+    auto indices = sampler.next(kBatch);
+    if (!indices.has_value()) {  // the epoch ended: the next one
+      sampler.reset();
+      indices = sampler.next(kBatch);
+    }
+    trainsnap::Status consumed = sampler.BatchConsumed();
+    if (!consumed.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, consumed.ToString().c_str());
+      return 1;
+    }
+    auto [x, y] = Batch(*indices);
     optimizer.zero_grad();
     torch::mse_loss(model->forward(x), y).backward();
     // Gradient allreduce, flattened into one collective.
@@ -129,7 +186,10 @@ int RunRank(int rank, int world, const std::string& run_dir, const std::string& 
       offset += p.numel();
     }
     optimizer.step();
-    // Returns once staged; the global commit runs in the background.
+    // Returns once staged; the global commit runs in the background while
+    // the next step trains. An error here (this step's staging, or the
+    // previous step's global commit: the same on every rank) stops every
+    // rank at this same step.
     auto handle = checkpointer.CaptureAsync(step, state);
     if (!handle.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, handle.status().ToString().c_str());
@@ -142,18 +202,14 @@ int RunRank(int rank, int world, const std::string& run_dir, const std::string& 
     std::fprintf(stderr, "rank %d: %s\n", rank, flushed.ToString().c_str());
     return 1;
   }
-  if (!final_path.empty()) {
-    std::string bytes;
-    for (const torch::Tensor& p : model->parameters()) Append(&bytes, p);
-    for (const torch::Tensor& p : trainable) {
-      const auto& s = static_cast<const torch::optim::AdamWParamState&>(
-          *optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
-      bytes += std::to_string(s.step());
-      Append(&bytes, s.exp_avg());
-      Append(&bytes, s.exp_avg_sq());
+  if (!final_path.empty()) WriteState(final_path, model, trainable, optimizer);
+  if (rank == 0) {
+    auto global = checkpointer.Steps();
+    if (global.ok() && !global->empty()) {
+      std::printf("rank 0: %zu global steps, the latest %lld, at %d ranks\n", global->size(),
+                  static_cast<long long>(global->back()), world);
+      std::fflush(stdout);
     }
-    Append(&bytes, at::detail::getDefaultCPUGenerator().get_state());
-    std::ofstream(final_path, std::ios::binary | std::ios::trunc) << bytes;
   }
   return 0;
 }
@@ -168,15 +224,21 @@ struct Ranks {
 // Every launch has a rendezvous file of its own: a killed launch leaves its
 // file behind, holding addresses of processes that no longer exist.
 Ranks Start(const std::string& self, const std::string& dir, const std::string& tag, int world, int64_t steps,
-            int crash_rank, int64_t crash_at) {
+            int crash_rank, int64_t crash_at, const std::string& final_tag = "") {
   std::fflush(stdout);  // the children inherit the buffer otherwise
   static int launches = 0;
   const std::string rendezvous = dir + "/rendezvous-" + std::to_string(launches++);
   Ranks ranks;
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args{self, "rank", "--rank", std::to_string(r), "--world", std::to_string(world),
-                                  "--run-dir", dir + "/" + tag, "--rendezvous", rendezvous,
-                                  "--steps", std::to_string(steps), "--final", dir + "/" + tag + "-final-" + std::to_string(r)};
+    std::vector<std::string> args{
+        self,           "rank",
+        "--rank",       std::to_string(r),
+        "--world",      std::to_string(world),
+        "--run-dir",    dir + "/" + tag,
+        "--rendezvous", rendezvous,
+        "--steps",      std::to_string(steps),
+        "--final",      dir + "/" + (final_tag.empty() ? tag : final_tag) + "-final-" + std::to_string(r),
+        "--restored",   dir + "/" + (final_tag.empty() ? tag : final_tag) + "-restored-" + std::to_string(r)};
     if (r == crash_rank) {
       args.push_back("--crash-at");
       args.push_back(std::to_string(crash_at));
@@ -253,18 +315,59 @@ int Demo(const std::string& self, const std::string& dir, int world, int64_t ste
   return equal ? 0 : 1;
 }
 
+// N ranks train S/2 steps; M ranks restore the latest global step and train
+// on to S. Each restored rank's state must be bitwise the one its home rank
+// (itself, or r % N for a rank the N-rank run lacked) had at that step:
+// parameters and optimizer state (replicated), and the RNG of ranks that
+// existed (the others get a derived one, docs/distributed.md).
+int Elastic(const std::string& self, const std::string& dir, int from, int to, int64_t steps) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const int64_t half = steps / 2;
+  std::printf("elastic: %d ranks train steps 1-%lld, a snapshot every step\n", from, static_cast<long long>(half));
+  Ranks before = Start(self, dir, "run", from, half, -1, 0, "before");
+  Wait(before);
+  std::printf("elastic: %d ranks restore the latest global step and train on to step %lld\n", to,
+              static_cast<long long>(steps));
+  Ranks after = Start(self, dir, "run", to, steps, -1, 0, "after");
+  Wait(after);
+  bool ok = true;
+  for (int r = 0; r < from; ++r) ok = ok && before.codes[r] == 0;
+  for (int r = 0; r < to; ++r) {
+    const std::string at_capture = ReadFile(dir + "/before-final-" + std::to_string(r < from ? r : r % from));
+    const std::string restored = ReadFile(dir + "/after-restored-" + std::to_string(r));
+    // Ranks the N-rank run lacked have a derived RNG: the rest must match.
+    const size_t rng = at::detail::getDefaultCPUGenerator().get_state().nbytes();
+    const size_t compared = r < from ? restored.size() : restored.size() - std::min(restored.size(), rng);
+    const bool same = after.codes[r] == 0 && !restored.empty() && restored.size() == at_capture.size() &&
+                      restored.compare(0, compared, at_capture, 0, compared) == 0;
+    std::printf("rank %d of %d: restored %zu bytes of state, %s\n", r, to, restored.size(),
+                same ? (r < from ? "bitwise that of the same rank at capture"
+                                 : "bitwise that of its home rank at capture (RNG derived)")
+                     : "DIFFERENT");
+    ok = ok && same;
+  }
+  std::printf(ok ? "OK: the %d-rank run restored on %d ranks bitwise and trained on\n" : "FAILED\n", from, to);
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"data-parallel fine-tune with trainsnap's DistributedCheckpointer"};
   app.require_subcommand(1);
-  std::string dir, run_dir, rendezvous, final_path;
-  int ranks = 4, rank = 0, world = 1;
+  std::string dir, run_dir, rendezvous, final_path, restored_path;
+  int ranks = 4, rank = 0, world = 1, from = 4, to = 2;
   int64_t steps = 24, crash_at = -1;
   CLI::App* demo = app.add_subcommand("demo", "reference run, a run with a killed rank, resume, bitwise proof");
   demo->add_option("dir", dir, "working directory")->required();
   demo->add_option("--ranks", ranks, "processes")->check(CLI::Range(1, 64));
   demo->add_option("--steps", steps, "optimizer steps")->check(CLI::Range(2, 1000000));
+  CLI::App* elastic = app.add_subcommand("elastic", "train on N ranks, restore on M ranks, train on");
+  elastic->add_option("dir", dir, "working directory")->required();
+  elastic->add_option("--from", from, "ranks before the restore")->check(CLI::Range(1, 64));
+  elastic->add_option("--to", to, "ranks after it")->check(CLI::Range(1, 64));
+  elastic->add_option("--steps", steps, "optimizer steps in all")->check(CLI::Range(2, 1000000));
   CLI::App* one = app.add_subcommand("rank", "one rank of the job");
   one->add_option("--rank", rank)->required();
   one->add_option("--world", world)->required();
@@ -273,10 +376,12 @@ int main(int argc, char** argv) {
   one->add_option("--steps", steps);
   one->add_option("--crash-at", crash_at);
   one->add_option("--final", final_path);
+  one->add_option("--restored", restored_path);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) return Demo(fs::canonical("/proc/self/exe").string(), dir, ranks, steps);
-    return RunRank(rank, world, run_dir, rendezvous, steps, crash_at, final_path);
+    if (*elastic) return Elastic(fs::canonical("/proc/self/exe").string(), dir, from, to, steps);
+    return RunRank(rank, world, run_dir, rendezvous, steps, crash_at, final_path, restored_path);
   } catch (const std::exception& e) {
     // Gloo reports a dead peer by throwing from the trainer's own collectives.
     const std::string what = e.what();  // the first line: c10::Error appends a backtrace

@@ -7,7 +7,8 @@
 # torchrun (examples/ddp_finetune.py: one rank killed, torchrun restarts every
 # rank, each bitwise identical to an uninterrupted job), and with a 4-rank
 # data-parallel job (examples/train_data_parallel.cc): one rank killed,
-# every rank resumed from the same global step, each bitwise identical.
+# every rank resumed from the same global step, each bitwise identical; then
+# a 4-rank run restored on 2 ranks (a lost node), which train on.
 #
 #   ./scripts/demo.sh [STEPS]     STEPS optimizer steps of 4 micro-steps (default 40)
 #
@@ -61,4 +62,8 @@ if [[ -x "$DP_BIN" ]]; then
   # Exits non-zero unless every rank's final state is bitwise identical to
   # an uninterrupted 4-rank run.
   "$DP_BIN" demo "$WORK_DIR/data_parallel" --ranks 4 --steps 24
+  echo "== elastic: a 4-rank run restored on 2 ranks, which train on"
+  # Exits non-zero unless every restored rank's state is bitwise the one it
+  # (or its home rank) had at the restored step.
+  "$DP_BIN" elastic "$WORK_DIR/elastic" --from 4 --to 2 --steps 24
 fi

@@ -201,6 +201,7 @@ struct PipelineStats {
 
 namespace internal {
 class CaptureState;
+class CheckpointerInternal;
 }  // namespace internal
 
 // The outcome of one asynchronous capture. Copyable; every copy refers to the
@@ -239,7 +240,8 @@ struct RestoreOptions {
   // training on from it may capture those steps again. The deletion (one
   // store transaction) comes after the snapshot is validated and decoded and
   // after the extra state accepted its bytes, before any tensor is written;
-  // if it fails, the restore fails and every live object is left as it was.
+  // if it fails, the restore fails, the extras get their previous state
+  // back and every live object is left as it was.
   bool discard_later = false;
   // Where the tensors a snapshot's placement stored elsewhere are read from
   // (TensorSources). Null: restoring such a snapshot is NotSupported, naming
@@ -319,6 +321,8 @@ class Checkpointer {
   Result<int64_t> RestoreLatest(const TrainingState& target, const RestoreOptions& options = {});
 
  private:
+  friend class internal::CheckpointerInternal;  // the two phases of Restore, for
+                                                // DistributedCheckpointer
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

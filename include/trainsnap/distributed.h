@@ -32,16 +32,25 @@ struct DistributedOptions {
   bool model_replicated = true;
   // true: every rank's optimizer holds the same state, written once in all
   // as the model is. false: each rank's optimizer holds its own shard
-  // (rank-local state, in that rank's store). A step restores only with the
-  // layout it was captured with (ContractMismatch).
+  // (ZeRO-1; rank-local state, in that rank's store), found by parameter at a
+  // restore on another world size. A step restores only with the layout it
+  // was captured with (ContractMismatch).
   bool optimizer_replicated = true;
   // At every capture, the ranks compare the XXH3 of every replicated tensor
-  // (read on the training thread, so it lengthens the stall:
-  // bench/README.md, "Several ranks"); a divergence fails the step on every
-  // rank with InvalidArgument naming the first differing tensor (by name,
-  // then role) and the ranks whose bytes differ from rank 0's. Every rank
-  // must set the same value (InvalidArgument otherwise).
-  bool verify_replicas = false;
+  // (hashed on a pool of CheckpointerOptions::threads threads, else
+  // StoreOptions::threads, else up to 8, while the capture stages; compared
+  // by the committers); a divergence fails the step
+  // on every rank with InvalidArgument naming the first differing tensor (by
+  // name, then role) and the ranks whose bytes differ from rank 0's. Every
+  // rank must set the same value (InvalidArgument otherwise).
+  bool verify_replicas = true;
+  // A restore on another world size of a step in the middle of an
+  // accumulation window: false (default) refuses it (NotSupported naming the
+  // nearest global step at a window boundary); true restarts the window
+  // (micro-step 0, weight sum 0, pending gradients restored as zeros: the
+  // micro-batches of the window are not trained on). Pending gradients
+  // belong to the ranks that computed them and cannot be redistributed.
+  bool restart_window = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // any collective: a dead rank is an error, never a hang
 };
 
@@ -57,7 +66,11 @@ class DistributedState;
 // background commits never interleave with the trainer's collectives.
 // Thread-compatible: one training thread per rank drives it. After a failed
 // collective (a dead rank, a timeout) every later call returns that error:
-// restart the ranks and Open again.
+// restart the ranks and Open again. A step captured (or rolled back to) at N
+// ranks restores at M ranks: replicated state read from whichever stores
+// hold it, a sharded optimizer's state found by parameter, rank-local state
+// (gradients, RNG, extras) from rank r % N, with the RNG of a rank r >= N
+// derived (docs/distributed.md, "Restore on another world size").
 class DistributedCheckpointer {
  public:
   // Every rank calls it with the same run_dir; rank r keeps its own store
@@ -69,29 +82,34 @@ class DistributedCheckpointer {
   DistributedCheckpointer(const DistributedCheckpointer&) = delete;
   DistributedCheckpointer& operator=(const DistributedCheckpointer&) = delete;
 
-  // Stages `state` on this rank (as Checkpointer::CaptureAsync) and returns;
-  // the handle completes once the step committed GLOBALLY (or failed on
-  // every rank with the same error: the lowest failing rank's, prefixed
-  // "rank R: "). A staging error is returned here as well. Keys of
-  // state.extra and state.tensor_extra must sort before "~trainsnap.rank",
-  // the rank agreement's own (every plain ASCII name does): InvalidArgument
-  // otherwise.
-  Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);  // collective
-  Status Capture(int64_t step, const TrainingState& state);                      // collective
+  // Waits for the previous capture's global outcome, then stages `state` on
+  // this rank (as Checkpointer::CaptureAsync) and returns; the handle
+  // completes once the step committed GLOBALLY (or failed on every rank with
+  // the same error: the lowest failing rank's, prefixed "rank R: "). A
+  // staging error is returned here as well. Once a global step failed, every
+  // CaptureAsync returns that error, on every rank, until Flush reports it:
+  // a loop that stops on an error stops at the next step on every rank.
+  Result<CaptureHandle> CaptureAsync(int64_t step,
+                                     const TrainingState& state);  // collective
+  // CaptureAsync and the handle's Wait; its error is reported here, so the
+  // next capture does not return it again.
+  Status Capture(int64_t step, const TrainingState& state);  // collective
   // Waits for every capture in flight; the first error since the last Flush.
   Status Flush();
-  // Validates and decodes on every rank, then applies on every rank only if
-  // all succeeded; otherwise every rank returns the same error and every
-  // live object is unchanged. NotFound: `step` is not a global step;
-  // ContractMismatch: another world size, or another optimizer layout
-  // (DistributedOptions::optimizer_replicated) than at capture. Restoring an
-  // older step keeps the later ones: capturing them again is AlreadyExists
-  // (use RollbackTo).
+  // Validates and decodes on every rank (and loads the extras), then applies
+  // on every rank only if all succeeded; otherwise every rank returns the
+  // same error and every live object is unchanged. NotFound: `step` is not a
+  // global step; ContractMismatch: another optimizer layout
+  // (DistributedOptions::optimizer_replicated) than at capture, or another
+  // world size with model_replicated = false; NotSupported: another world
+  // size mid-window (DistributedOptions::restart_window). Restoring an older
+  // step keeps the later ones: capturing them again is AlreadyExists (use
+  // RollbackTo).
   Status Restore(int64_t step, const TrainingState& target);  // collective
   // Restore(step, target), and once every rank validated and decoded, the
   // deletion of every later step: the global records first (one
-  // transaction on rank 0), then every rank's snapshots of them. After it
-  // the following steps may be captured again. Collective.
+  // transaction on rank 0), then every rank store's snapshots of them. After
+  // it the following steps may be captured again. Collective.
   Status RollbackTo(int64_t step, const TrainingState& target);
   Result<int64_t> RestoreLatest(const TrainingState& target); // the latest GLOBALLY committed step; returns it
   Result<std::vector<int64_t>> Steps();                       // globally committed steps, ascending

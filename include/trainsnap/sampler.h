@@ -24,6 +24,21 @@ namespace trainsnap {
 // ahead of training (workers, max_jobs): what counts as used is what the
 // training loop reports with BatchConsumed(), not what was handed out.
 //
+// Epoch e's order over n samples: torch::randperm(n, gen) with gen a
+// CPUGeneratorImpl seeded Mix(seed ^ Mix(e)) (Mix: the SplitMix64
+// finalizer), or 0..n-1 without shuffle.
+//
+// Distributed mode (Distribute(rank, world_size), W = world_size): the
+// state is the epoch and the GLOBAL position p, the samples all ranks
+// together consumed in the epoch. From p, rank r yields order[p + r],
+// order[p + r + W], ...: floor((n - p) / W) samples, the tail of fewer than
+// W dropped for the epoch (as DistributedSampler's drop_last); when every
+// rank consumed k samples, p advanced by k * W (the ranks consume in
+// lockstep, one batch each per step). A state saved at W ranks and loaded
+// at M ranks resumes at the same p, rank r taking order[p + r + jM]: after a
+// resize no sample is repeated or skipped (but the new epoch's tail). One
+// rank is the case W = 1, and its state is the same bytes in both modes.
+//
 // Copies share one position: give the DataLoader a copy
 // (torch::data::make_data_loader(dataset, sampler, options)) and keep the
 // original in TrainingState::extra. Each begin() of the loader starts the
@@ -34,6 +49,12 @@ namespace trainsnap {
 class ResumableSampler : public torch::data::samplers::Sampler<std::vector<size_t>>, public Stateful {
  public:
   ResumableSampler(size_t size, uint64_t seed, bool shuffle = true);
+
+  // Distributed mode for rank `rank` of `world_size` (see above); (0, 1) is
+  // the plain sampler. InvalidArgument (nothing changes) unless
+  // 0 <= rank < world_size, or once a batch of the current pass was handed
+  // out: call it before the loader starts, or after LoadState.
+  Status Distribute(int rank, int world_size);
 
   // torch::data::samplers::Sampler. reset(new_size) also changes the size.
   void reset(torch::optional<size_t> new_size = torch::nullopt) override;
@@ -48,9 +69,10 @@ class ResumableSampler : public torch::data::samplers::Sampler<std::vector<size_
   // InvalidArgument (nothing changes) when no batch is outstanding.
   Status BatchConsumed();
 
-  // Trainsnap's Stateful: seed, epoch and samples consumed in it (48 bytes).
-  // LoadState: InvalidArgument (nothing changes) for bytes of another
-  // format or another dataset size. A fully consumed epoch resumes as the
+  // Trainsnap's Stateful: seed, epoch and samples consumed in it, the global
+  // position (48 bytes, the same at every world size). LoadState:
+  // InvalidArgument (nothing changes) for bytes of another format or another
+  // dataset size. An epoch with fewer samples left than ranks resumes as the
   // start of the next one.
   std::string SaveState() const override;
   Status LoadState(std::string_view bytes) override;
@@ -58,7 +80,8 @@ class ResumableSampler : public torch::data::samplers::Sampler<std::vector<size_
   // The epoch the loader iterates (or will, at its next begin() after a
   // LoadState), counted from 0; resume an epoch loop from it.
   int64_t epoch() const;
-  // Samples of epoch() the training loop has consumed.
+  // Samples of epoch() the training loop has consumed: in distributed mode,
+  // by all ranks together (the global position p).
   size_t consumed() const;
 
  private:

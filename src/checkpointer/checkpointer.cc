@@ -4,12 +4,13 @@
 #include <utility>
 #include <vector>
 
-#include "torch/base_identity.h"
-#include "torch/contract_cache.h"
 #include "capture/pipeline.h"
 #include "capture/stage.h"
 #include "capture/staging_scope.h"
+#include "checkpointer/checkpointer_internal.h"
 #include "restore/restore_snapshot.h"
+#include "torch/base_identity.h"
+#include "torch/contract_cache.h"
 #include "torch/exception_boundary.h"
 
 namespace trainsnap {
@@ -94,12 +95,31 @@ class Checkpointer::Impl {
   Status Flush() { return pipeline_->Flush(); }
   void WaitIdle() { pipeline_->WaitIdle(); }
 
-  Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
+  // The first phase of a restore (restore/restore_snapshot.h).
+  Result<std::unique_ptr<internal::PreparedRestore>> Prepare(int64_t step, const TrainingState& target,
+                                                             const RestoreOptions& options,
+                                                             const internal::SnapshotInput& input) {
     pipeline_->WaitIdle();  // a capture in flight may be the one to restore
     // The restored bytes must be captured again in full once: forget what
     // the tracker knew (restore copies in place, but be independent of how).
     tracker_.Reset();
-    return internal::RestoreSnapshot(store_, step, target, options, options_.base_label, base_, &contracts_);
+    return internal::PrepareRestore(store_, step, target, options, options_.base_label, base_, &contracts_, input);
+  }
+
+  // Both phases; discard_later deletes the later snapshots between them, so
+  // that a failed deletion leaves every live object as it was.
+  Status Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
+    TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<internal::PreparedRestore> prepared, Prepare(step, target, options, {}));
+    if (options.discard_later) {
+      Status discarded = store_.Rollback(step);
+      if (!discarded.ok()) {
+        Status undone = prepared->Abandon();
+        discarded = discarded.WithContext("discard_later");
+        if (!undone.ok()) return Status::Aborted(discarded.ToString() + undone.message());
+        return discarded;
+      }
+    }
+    return prepared->Apply();
   }
 
   PipelineStats Stats() const {
@@ -153,6 +173,27 @@ Result<CaptureHandle> Checkpointer::CaptureAsync(int64_t step, const TrainingSta
 Status Checkpointer::Flush() { return impl_->Flush(); }
 
 PipelineStats Checkpointer::pipeline_stats() const { return impl_->Stats(); }
+
+namespace internal {
+
+Result<std::unique_ptr<PreparedRestore>> CheckpointerInternal::PrepareRestore(Checkpointer& checkpointer, int64_t step,
+                                                                              const TrainingState& target,
+                                                                              const RestoreOptions& options,
+                                                                              const SnapshotInput& input) {
+  const std::string context = "restore step " + std::to_string(step);
+  if (options.discard_later) {
+    return Status::InvalidArgument(context + ": discard_later in a two-phase restore (delete at the boundary)");
+  }
+  std::unique_ptr<PreparedRestore> prepared;
+  Status status = ExceptionBoundary([&]() -> Status {
+    TRAINSNAP_ASSIGN_OR_RETURN(prepared, checkpointer.impl_->Prepare(step, target, options, input));
+    return Status::OK();
+  });
+  if (!status.ok()) return status.WithContext(context);
+  return prepared;
+}
+
+}  // namespace internal
 
 Status Checkpointer::Restore(int64_t step, const TrainingState& target, const RestoreOptions& options) {
   return internal::ExceptionBoundary([&] { return impl_->Restore(step, target, options); })

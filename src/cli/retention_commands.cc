@@ -14,11 +14,12 @@
 #include "cli/human_format.h"
 #include "cli/json_output.h"
 #include "cli/progress_bar.h"
-#include "cli/standard_output.h"
 #include "cli/retention_plan.h"
 #include "cli/run_dir_commands.h"
+#include "cli/standard_output.h"
 #include "cli/store_access.h"
 #include "cli/table.h"
+#include "store/retention.h"
 
 namespace trainsnap::cli {
 
@@ -248,7 +249,7 @@ Status RunPrune(const DeleteOptions& options) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, OpenFor(options));
   auto all = store->List();
   if (!all.ok()) return all.status().WithContext("list snapshots");
-  std::vector<int64_t> doomed = StepsOutsidePolicy(StepsOf(*all), options.policy);
+  std::vector<int64_t> doomed = internal::StepsOutsidePolicy(StepsOf(*all), options.policy);
   TRAINSNAP_ASSIGN_OR_RETURN(DeletionPlan plan, PlanDeletion(*store, doomed));
   nlohmann::json doc = PlanJson("prune", options, plan);
   if (options.dry_run) return PrintPreview(options, doc, plan);

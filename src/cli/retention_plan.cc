@@ -39,17 +39,4 @@ Result<DeletionPlan> PlanDeletion(Store& store, const std::vector<int64_t>& step
   return plan;
 }
 
-std::vector<int64_t> StepsOutsidePolicy(const std::vector<int64_t>& steps, const RetentionPolicy& policy) {
-  std::vector<int64_t> out;
-  if (policy.keep_last <= 0) return out;
-  size_t keep_from = steps.size() > static_cast<size_t>(policy.keep_last)
-                         ? steps.size() - static_cast<size_t>(policy.keep_last)
-                         : 0;
-  for (size_t i = 0; i < keep_from; ++i) {
-    if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) continue;
-    out.push_back(steps[i]);
-  }
-  return out;
-}
-
 }  // namespace trainsnap::cli

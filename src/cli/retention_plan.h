@@ -26,9 +26,4 @@ struct DeletionPlan {
 // `steps` must name existing snapshots, each once (NotFound otherwise).
 Result<DeletionPlan> PlanDeletion(Store& store, const std::vector<int64_t>& steps);
 
-// Steps (ascending input) that `policy` does not keep: the library's rule
-// (store.h RetentionPolicy): keep the keep_last newest and every multiple of
-// keep_every. keep_last = 0 keeps everything.
-std::vector<int64_t> StepsOutsidePolicy(const std::vector<int64_t>& steps, const RetentionPolicy& policy);
-
 }  // namespace trainsnap::cli

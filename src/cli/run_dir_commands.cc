@@ -19,21 +19,36 @@
 #include "cli/store_access.h"
 #include "cli/table.h"
 #include "distributed/run_dir.h"
+#include "distributed/run_dir_deletion.h"
 #include "manifest.pb.h"
 #include "store/kill_point.h"
+#include "store/retention.h"
 
 namespace trainsnap::cli {
 
 namespace {
 
-// The stores of a run: global/ and rank-00000/ .. rank-<N-1>/ (the ranks are
-// the consecutive rank directories from 0).
+// The stores of a run: global/ and rank-00000/ .. rank-<K-1>/ (the ranks are
+// the consecutive rank directories from 0; a run resumed on fewer ranks keeps
+// the stores of the ranks it lost, so K is the largest world size the run
+// had).
 struct Run {
   std::unique_ptr<Store> global;
   std::vector<std::unique_ptr<Store>> ranks;
   std::vector<SnapshotInfo> global_steps;
   std::vector<internal::GlobalRecord> records;  // by global_steps index
+  // By rank store: the global steps it must hold (world size above its rank).
+  std::vector<std::set<int64_t>> held;
 };
+
+// The global steps rank store `rank` belongs to, from each step's world size.
+std::set<int64_t> GlobalStepsOfRank(const std::map<int64_t, int>& worlds, size_t rank) {
+  std::set<int64_t> steps;
+  for (const auto& [step, world] : worlds) {
+    if (rank < static_cast<size_t>(world)) steps.insert(step);
+  }
+  return steps;
+}
 
 std::string RankName(size_t rank) { return internal::RankStoreName(static_cast<int>(rank)); }
 
@@ -45,8 +60,8 @@ Result<Run> OpenRun(const std::string& run_dir, bool write, bool check) {
   Run run;
   auto open = [&](const std::string& path) { return write ? OpenForWriting(path) : OpenForReading(path); };
   TRAINSNAP_ASSIGN_OR_RETURN(run.global, open(internal::GlobalStorePath(run_dir)));
-  std::error_code ec;
-  for (int r = 0; std::filesystem::is_directory(internal::RankStorePath(run_dir, r), ec); ++r) {
+  const int rank_stores = internal::CountRankStores(run_dir);
+  for (int r = 0; r < rank_stores; ++r) {
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, open(internal::RankStorePath(run_dir, r)));
     run.ranks.push_back(std::move(store));
   }
@@ -60,31 +75,17 @@ Result<Run> OpenRun(const std::string& run_dir, bool write, bool check) {
     if (!manifest.ok()) return manifest.status().WithContext(what);
     auto record = internal::ParseGlobalRecord(*manifest);
     if (!record.ok()) return record.status().WithContext(what + " (run `trainsnap verify` on the run directory)");
-    if (static_cast<size_t>(record->world_size) != run.ranks.size()) {
+    if (static_cast<size_t>(record->world_size) > run.ranks.size()) {
       return Status::Corruption(what + " was committed by " + std::to_string(record->world_size) +
                                 " ranks, the run directory has " + std::to_string(run.ranks.size()) +
                                 " rank stores (run `trainsnap verify` on the run directory)");
     }
     run.records.push_back(std::move(*record));
   }
+  std::map<int64_t, int> worlds;
+  for (size_t i = 0; i < run.global_steps.size(); ++i) worlds[run.global_steps[i].step] = run.records[i].world_size;
+  for (size_t r = 0; r < run.ranks.size(); ++r) run.held.push_back(GlobalStepsOfRank(worlds, r));
   return run;
-}
-
-std::set<int64_t> StepSet(const std::vector<SnapshotInfo>& infos) {
-  std::set<int64_t> steps;
-  for (const SnapshotInfo& info : infos) steps.insert(info.step);
-  return steps;
-}
-
-// One rank's snapshots of steps that are not global.
-Result<std::vector<int64_t>> LocalOnlySteps(Store& rank, const std::set<int64_t>& global) {
-  auto listed = rank.List();
-  if (!listed.ok()) return listed.status().WithContext("list " + rank.path());
-  std::vector<int64_t> steps;
-  for (const SnapshotInfo& info : *listed) {
-    if (!global.count(info.step)) steps.push_back(info.step);
-  }
-  return steps;
 }
 
 GcReport Add(GcReport a, const GcReport& b) {
@@ -107,19 +108,6 @@ Result<GcReport> CollectRun(Run& run) {
     total = Add(total, *gc);
   }
   return total;
-}
-
-// Deletes this rank's snapshots of `steps` that it holds (a rerun after a
-// kill finds some gone already).
-Status DeleteHeld(Store& store, const std::vector<int64_t>& steps) {
-  auto listed = store.List();
-  if (!listed.ok()) return listed.status().WithContext("list " + store.path());
-  const std::set<int64_t> held = StepSet(*listed);
-  for (int64_t step : steps) {
-    if (!held.count(step)) continue;
-    TRAINSNAP_RETURN_IF_ERROR(store.Delete(step).WithContext(store.path() + ": delete step " + std::to_string(step)));
-  }
-  return Status::OK();
 }
 
 }  // namespace
@@ -165,31 +153,42 @@ Status VerifyRunDirectory(const std::string& run_dir, std::optional<int64_t> ste
     out.report = std::move(*report);
   };
   verify(*run.global, "global", figures[0]);
-  for (int64_t s : steps) {
+  // Each global step's world size: the rank stores that must hold it. A
+  // record that does not parse counts as naming every rank store.
+  std::map<int64_t, int> worlds;
+  for (const SnapshotInfo& info : run.global_steps) {
+    const int64_t s = info.step;
+    worlds[s] = static_cast<int>(run.ranks.size());
     auto manifest = run.global->Manifest(s);
     Result<internal::GlobalRecord> record =
         manifest.ok() ? internal::ParseGlobalRecord(*manifest) : Result<internal::GlobalRecord>(manifest.status());
+    const bool verified = std::find(steps.begin(), steps.end(), s) != steps.end();
     if (!record.ok()) {
-      problems.push_back({"global", s, record.status().WithContext("global record")});
-    } else if (static_cast<size_t>(record->world_size) != run.ranks.size()) {
-      problems.push_back({"global", s,
-                          Status::Corruption("the global record names " + std::to_string(record->world_size) +
-                                             " ranks, the run directory has " + std::to_string(run.ranks.size()) +
-                                             " rank stores")});
+      if (verified) problems.push_back({"global", s, record.status().WithContext("global record")});
+    } else if (static_cast<size_t>(record->world_size) > run.ranks.size()) {
+      if (verified) {
+        problems.push_back(
+            {"global", s,
+             Status::Corruption("the global record names " + std::to_string(record->world_size) +
+                                " ranks, the run directory has " + std::to_string(run.ranks.size()) + " rank stores")});
+      }
+    } else {
+      worlds[s] = record->world_size;
     }
   }
-  const std::set<int64_t> global_set = StepSet(run.global_steps);
   for (size_t r = 0; r < run.ranks.size(); ++r) {
     Store& rank = *run.ranks[r];
     const std::string name = RankName(r);
     verify(rank, name, figures[r + 1]);
-    auto local_only = LocalOnlySteps(rank, global_set);
+    const std::set<int64_t> held = GlobalStepsOfRank(worlds, r);
+    auto local_only = internal::LocalOnlySteps(rank, held);
     if (!local_only.ok()) {
       problems.push_back({name, std::nullopt, local_only.status()});
       continue;
     }
     figures[r + 1].local_only = *local_only;
     for (int64_t s : steps) {
+      if (!held.count(s)) continue;  // captured by fewer ranks
       auto info = rank.Info(s);
       if (!info.ok()) {
         problems.push_back({name, s, info.status().code() == StatusCode::kNotFound
@@ -205,9 +204,10 @@ Status VerifyRunDirectory(const std::string& run_dir, std::optional<int64_t> ste
       for (const proto::ExternalTensor& external : view.manifest()->external_tensors()) {
         const std::string what = "tensor `" + view.Name(external.id()) + "` role " + external.role();
         const int source = internal::ParseRankStoreName(external.source());
-        if (source < 0 || static_cast<size_t>(source) >= run.ranks.size()) {
-          problems.push_back({name, s, Status::Corruption(what + ": stored in `" + external.source() +
-                                                          "`, no rank store of this run")});
+        if (source < 0 || source >= worlds[s]) {
+          problems.push_back(
+              {name, s,
+               Status::Corruption(what + ": stored in `" + external.source() + "`, no rank store of this run")});
           continue;
         }
         auto held = run.ranks[static_cast<size_t>(source)]->Tensor(s, external.id(), external.role());
@@ -293,23 +293,22 @@ Status DeleteFromRunDirectory(const std::string& run_dir, RunDeletion deletion) 
       if (s > *deletion.rollback) deletion.global.push_back(s);
     }
   } else if (deletion.command == "prune") {
-    deletion.global = StepsOutsidePolicy(global_steps, deletion.policy);
+    deletion.global = internal::StepsOutsidePolicy(global_steps, deletion.policy);
   } else {
     for (int64_t s : deletion.global) TRAINSNAP_RETURN_IF_ERROR(RequireStep(*run.global, s).status());
     std::sort(deletion.global.begin(), deletion.global.end());
   }
-  // What each rank deletes: its snapshots of the doomed global steps, and of
-  // every step that is not global.
-  const std::set<int64_t> global_set(global_steps.begin(), global_steps.end());
+  // What each rank store deletes: its snapshots of the doomed global steps,
+  // and of every step that is not global (or global with fewer ranks).
+  const std::set<int64_t> doomed(deletion.global.begin(), deletion.global.end());
   std::vector<std::vector<int64_t>> local(run.ranks.size());
   std::vector<std::vector<int64_t>> local_only(run.ranks.size());
   size_t local_only_count = 0;
   for (size_t r = 0; r < run.ranks.size(); ++r) {
     auto listed = run.ranks[r]->List();
     if (!listed.ok()) return listed.status().WithContext("list " + run.ranks[r]->path());
-    const std::set<int64_t> doomed(deletion.global.begin(), deletion.global.end());
     for (const SnapshotInfo& info : *listed) {
-      if (!global_set.count(info.step)) {
+      if (!run.held[r].count(info.step)) {
         local_only[r].push_back(info.step);
         local[r].push_back(info.step);
       } else if (doomed.count(info.step)) {
@@ -391,14 +390,13 @@ Status DeleteFromRunDirectory(const std::string& run_dir, RunDeletion deletion) 
   // after it leaves the ranks' snapshots of them, which are then local-only
   // garbage, and a rerun deletes them.
   const std::string rerun = "the run stays consistent; run the command again to finish";
-  Status global = deletion.rollback.has_value()
-                      ? run.global->Rollback(*deletion.rollback).WithContext("global store")
-                      : DeleteHeld(*run.global, deletion.global);
+  Status global = deletion.rollback.has_value() ? internal::RollbackGlobalSteps(*run.global, *deletion.rollback)
+                                                : internal::DeleteGlobalSteps(*run.global, deletion.global);
   if (!global.ok()) return global.WithContext(rerun);
   TRAINSNAP_KILL_POINT(kKillRunAfterGlobal);
   // 2. Every rank's snapshots of them and of the other non-global steps.
   for (size_t r = 0; r < run.ranks.size(); ++r) {
-    Status deleted = DeleteHeld(*run.ranks[r], local[r]);
+    Status deleted = internal::DeleteRankSnapshots(*run.ranks[r], local[r]);
     if (!deleted.ok()) return deleted.WithContext(rerun);
     TRAINSNAP_KILL_POINT(kKillRunAfterRank);
   }
@@ -425,12 +423,11 @@ Status DeleteFromRunDirectory(const std::string& run_dir, RunDeletion deletion) 
 
 Status GcRunDirectory(const std::string& run_dir, bool json) {
   TRAINSNAP_ASSIGN_OR_RETURN(Run run, OpenRun(run_dir, /*write=*/true, /*check=*/true));
-  const std::set<int64_t> global_set = StepSet(run.global_steps);
   std::vector<std::vector<int64_t>> local_only(run.ranks.size());
   size_t count = 0;
   for (size_t r = 0; r < run.ranks.size(); ++r) {
-    TRAINSNAP_ASSIGN_OR_RETURN(local_only[r], LocalOnlySteps(*run.ranks[r], global_set));
-    TRAINSNAP_RETURN_IF_ERROR(DeleteHeld(*run.ranks[r], local_only[r]));
+    TRAINSNAP_ASSIGN_OR_RETURN(local_only[r], internal::LocalOnlySteps(*run.ranks[r], run.held[r]));
+    TRAINSNAP_RETURN_IF_ERROR(internal::DeleteRankSnapshots(*run.ranks[r], local_only[r]));
     count += local_only[r].size();
   }
   TRAINSNAP_ASSIGN_OR_RETURN(GcReport gc, CollectRun(run));

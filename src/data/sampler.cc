@@ -17,7 +17,7 @@ namespace {
 // SaveState's format: six little-endian 64-bit fields (this build runs on
 // little-endian hosts only, like the store's chunk format).
 constexpr uint64_t kFormatVersion = 1;
-constexpr size_t kFields = 6;  // version, size, seed, shuffle, epoch, consumed
+constexpr size_t kFields = 6;  // version, size, seed, shuffle, epoch, consumed (the global position)
 constexpr size_t kStateBytes = kFields * sizeof(uint64_t);
 constexpr const char* kArchiveKey = "trainsnap_resumable_sampler";
 
@@ -37,17 +37,35 @@ struct ResumableSampler::Shared {
   size_t size = 0;
   uint64_t seed = 0;
   bool shuffle = true;
+  size_t rank = 0;  // distributed mode: this rank of `world`
+  size_t world = 1;
   int64_t epoch = 0;
-  size_t consumed = 0;         // samples of `epoch` the loop took
-  size_t handed_out = 0;       // samples of `epoch` given to the loader
+  size_t start = 0;            // the global position this rank's pass of `epoch` started at
+  size_t taken = 0;            // samples of the pass the loop took (BatchConsumed)
+  size_t handed_out = 0;       // samples of the pass given to the loader
   std::deque<size_t> pending;  // sizes of the batches handed out, not yet consumed
   bool started = false;        // reset() ran, or a state was loaded
-  bool resume = false;         // the next reset() resumes `epoch` at `consumed`
+  bool resume = false;         // the next reset() resumes `epoch` at `start`
   std::vector<int64_t> order;  // the permutation of `epoch`, when shuffling
+
+  // The global position: every rank took `taken` samples since `start`.
+  size_t Position() const { return start + taken * world; }  // requires mu
+
+  // Samples of the pass from `start`: the tail of fewer than `world` is
+  // dropped.
+  size_t PassLength() const { return size > start ? (size - start) / world : 0; }  // requires mu
+
+  // A loaded position with fewer samples left than ranks resumes at the start
+  // of the next epoch.
+  void SettleResume() {  // requires mu
+    if (!resume || PassLength() > 0) return;
+    ++epoch;
+    start = 0;
+  }
 
   void Begin() {  // requires mu
     pending.clear();
-    handed_out = consumed;
+    handed_out = taken;
     order.clear();
     if (!shuffle) return;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(Mix(seed ^ Mix(static_cast<uint64_t>(epoch))));
@@ -62,18 +80,38 @@ ResumableSampler::ResumableSampler(size_t size, uint64_t seed, bool shuffle) : s
   shared_->shuffle = shuffle;
 }
 
+Status ResumableSampler::Distribute(int rank, int world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return Status::InvalidArgument("resumable sampler: rank " + std::to_string(rank) + " of " +
+                                   std::to_string(world_size) + " ranks");
+  }
+  Shared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.handed_out > s.taken || !s.pending.empty() || (s.started && !s.resume && s.taken > 0)) {
+    return Status::InvalidArgument(
+        "resumable sampler: Distribute() while a pass is under way (call it before the loader starts, or after "
+        "LoadState)");
+  }
+  s.rank = static_cast<size_t>(rank);
+  s.world = static_cast<size_t>(world_size);
+  s.SettleResume();
+  return Status::OK();
+}
+
 void ResumableSampler::reset(torch::optional<size_t> new_size) {
   Shared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (new_size.has_value()) s.size = *new_size;
   if (s.resume) {
+    s.SettleResume();
     s.resume = false;
   } else {
     if (s.started) ++s.epoch;
-    s.consumed = 0;
+    s.start = 0;
   }
+  s.taken = 0;
   s.started = true;
-  s.consumed = std::min(s.consumed, s.size);
+  s.start = std::min(s.start, s.size);
   s.Begin();
 }
 
@@ -84,11 +122,12 @@ torch::optional<std::vector<size_t>> ResumableSampler::next(size_t batch_size) {
     s.started = true;
     s.Begin();
   }
-  if (s.handed_out >= s.size || batch_size == 0) return torch::nullopt;
-  const size_t n = std::min(batch_size, s.size - s.handed_out);
+  const size_t length = s.PassLength();
+  if (s.handed_out >= length || batch_size == 0) return torch::nullopt;
+  const size_t n = std::min(batch_size, length - s.handed_out);
   std::vector<size_t> indices(n);
   for (size_t i = 0; i < n; ++i) {
-    const size_t at = s.handed_out + i;
+    const size_t at = s.start + s.rank + (s.handed_out + i) * s.world;
     indices[i] = s.shuffle ? static_cast<size_t>(s.order[at]) : at;
   }
   s.handed_out += n;
@@ -102,7 +141,7 @@ Status ResumableSampler::BatchConsumed() {
   if (s.pending.empty()) {
     return Status::InvalidArgument("resumable sampler: BatchConsumed() without a batch handed out to the loader");
   }
-  s.consumed += s.pending.front();
+  s.taken += s.pending.front();
   s.pending.pop_front();
   return Status::OK();
 }
@@ -110,8 +149,8 @@ Status ResumableSampler::BatchConsumed() {
 std::string ResumableSampler::SaveState() const {
   Shared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.mu);
-  const uint64_t fields[kFields] = {kFormatVersion, s.size, s.seed, s.shuffle ? 1u : 0u,
-                                    static_cast<uint64_t>(s.epoch), s.consumed};
+  const uint64_t fields[kFields] = {kFormatVersion, s.size, s.seed, s.shuffle ? 1u : 0u, static_cast<uint64_t>(s.epoch),
+                                    s.Position()};
   std::string bytes(kStateBytes, '\0');
   std::memcpy(bytes.data(), fields, kStateBytes);
   return bytes;
@@ -143,15 +182,13 @@ Status ResumableSampler::LoadState(std::string_view bytes) {
   s.seed = seed;
   s.shuffle = shuffle == 1;
   s.epoch = static_cast<int64_t>(epoch);
-  s.consumed = static_cast<size_t>(consumed);
-  if (s.consumed == s.size) {  // the epoch was finished: resume at the start of the next one
-    ++s.epoch;
-    s.consumed = 0;
-  }
+  s.start = static_cast<size_t>(consumed);
+  s.taken = 0;
   s.started = true;
   s.resume = true;
+  s.SettleResume();
   s.pending.clear();
-  s.handed_out = s.consumed;
+  s.handed_out = 0;
   return Status::OK();
 }
 
@@ -178,7 +215,7 @@ int64_t ResumableSampler::epoch() const {
 
 size_t ResumableSampler::consumed() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->consumed;
+  return shared_->Position();
 }
 
 }  // namespace trainsnap

@@ -1,27 +1,28 @@
-#include "trainsnap/distributed.h"
-
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <functional>
+#include <filesystem>
 #include <map>
 #include <optional>
-#include <filesystem>
 #include <set>
 #include <system_error>
 #include <thread>
 #include <utility>
 
-#define XXH_INLINE_ALL  // header-only: libtrainsnap does not export XXH3
-#include <xxhash.h>
-
 #include "capture/pipeline.h"
+#include "checkpointer/checkpointer_internal.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "distributed/rank_group.h"
+#include "distributed/rank_restore.h"
+#include "distributed/replica_placement.h"
 #include "distributed/run_dir.h"
+#include "distributed/run_dir_deletion.h"
 #include "store/kill_point.h"
+#include "store/retention.h"
+#include "torch/manifest_codec.h"
+#include "trainsnap/distributed.h"
 
 namespace trainsnap {
 
@@ -29,250 +30,109 @@ namespace internal {
 
 namespace {
 
-// The key of the agreement's Stateful in every rank's TrainingState. A
-// restore loads every plain extra in key order, then every tensor_extra in
-// key order, after validation and decoding and before any tensor is written.
-// The agreement goes in `extra`, or in `tensor_extra` when the state has
-// tensor_extra; this key sorts after every other ASCII key, so either way
-// it runs once every extra of this rank accepted its bytes.
-constexpr char kRankKey[] = "~trainsnap.rank";
-
 // Kill points of the global commit (crash tests; src/store/kill_point.h).
 constexpr char kKillBeforeGlobalCommit[] = "dist.before_global_commit";  // every rank committed locally
 constexpr char kKillAfterGlobalCommit[] = "dist.after_global_commit";    // global record committed, ranks not told
+// A rank has read its stores for an elastic restore, before the exchange.
+constexpr char kKillRestoreRead[] = "dist.restore_read";
+
+// The extra state every local snapshot held before the rank agreement moved
+// to the restore's phase boundary: "rank R of N". Restore checks it and
+// leaves it out, so that such snapshots still restore.
+constexpr char kLegacyRankKey[] = "~trainsnap.rank";
+
+// RankReport::values of a capture's agreement.
+enum CaptureValue : size_t {
+  kStep = 0,
+  kLogicalBytes = 1,
+  kStoredBytes = 2,
+  kNewBytes = 3,
+  kFingerprint = 4,  // of the replicated tensors' names, roles and sizes
+  kVerify = 5,       // the replica check is on
+};
 
 std::string StepText(int64_t step) { return "step " + std::to_string(step); }
 
-// The steps `policy` drops from `steps` (ascending); never the newest.
-std::vector<int64_t> StepsToDrop(const std::vector<int64_t>& steps, const RetentionPolicy& policy) {
-  std::vector<int64_t> drop;
-  if (policy.keep_last <= 0 || steps.size() <= static_cast<size_t>(policy.keep_last)) return drop;
-  const size_t keep_from = steps.size() - static_cast<size_t>(policy.keep_last);
-  for (size_t i = 0; i < keep_from; ++i) {
-    if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) continue;
-    drop.push_back(steps[i]);
+// The global steps rank store `rank` belongs to.
+std::set<int64_t> GlobalStepsOfRank(const std::map<int64_t, int>& worlds, int rank) {
+  std::set<int64_t> steps;
+  for (const auto& [step, world] : worlds) {
+    if (rank < world) steps.insert(step);
   }
-  return drop;
+  return steps;
 }
 
-// Both maps' keys must sort before kRankKey (see there).
-Status CheckExtraKeys(const TrainingState& state) {
-  if (state.extra.count(kRankKey) || state.tensor_extra.count(kRankKey)) {
-    return Status::InvalidArgument(std::string("extra state `") + kRankKey + "` is reserved for the rank agreement");
+std::vector<int64_t> StepsOf(const std::map<int64_t, int>& worlds) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, world] : worlds) steps.push_back(step);
+  return steps;
+}
+
+// An accumulation window in the middle: its pending gradients belong to the
+// ranks that captured it.
+bool MidWindow(const proto::TrainingManifest& manifest) {
+  return manifest.has_accumulation() && manifest.accumulation().micro_step() != 0;
+}
+
+// DistributedOptions::restart_window: the window starts again (micro-step 0,
+// no weight accumulated) and the pending gradients restore as zeros.
+void RestartWindow(proto::TrainingManifest* manifest) {
+  if (!MidWindow(*manifest)) return;
+  manifest->mutable_accumulation()->set_micro_step(0);
+  manifest->mutable_accumulation()->set_weight_sum(0.0);
+  for (proto::ContractParam& param : *manifest->mutable_params()) {
+    if (param.grad() == proto::GRAD_STORED) param.set_grad(proto::GRAD_ZERO);
   }
-  for (const std::string* last : {state.extra.empty() ? nullptr : &state.extra.rbegin()->first,
-                                  state.tensor_extra.empty() ? nullptr : &state.tensor_extra.rbegin()->first}) {
-    if (last != nullptr && *last > kRankKey) {
-      return Status::InvalidArgument("extra state `" + *last + "` sorts after `" + kRankKey +
-                                     "`: distributed extra keys must sort before it (plain ASCII names do)");
+}
+
+// Removes the legacy rank tag of a snapshot rank `home` of `captured` took,
+// after checking that it names that rank.
+Status DropLegacyRankTag(proto::TrainingManifest* manifest, int home, int captured) {
+  auto* extras = manifest->mutable_extra();
+  for (int i = 0; i < extras->size(); ++i) {
+    if (extras->Get(i).name() != kLegacyRankKey) continue;
+    const std::string expected = "rank " + std::to_string(home) + " of " + std::to_string(captured);
+    if (extras->Get(i).state() != expected) {
+      return Status::ContractMismatch("the store of rank " + std::to_string(home) + " holds a snapshot of `" +
+                                      extras->Get(i).state() + "`");
     }
+    extras->DeleteSubrange(i, 1);
+    return Status::OK();
   }
   return Status::OK();
 }
 
-// A Stateful as a tensor_extra without tensors: the rank agreement's place
-// when the state has tensor_extra (see kRankKey).
-class StatefulAsTensorState final : public TensorStateful {
- public:
-  explicit StatefulAsTensorState(Stateful& inner) : inner_(inner) {}
-  Status SaveState(TensorState* state) const override {
-    *state = TensorState();
-    state->type = "trainsnap.rank";
-    state->bytes = inner_.SaveState();
-    return Status::OK();
+// The optimizers of the stores a rank read, for the others: per store, its
+// rank and a TrainingManifest holding only its optimizers.
+std::string EncodeOptimizerParts(const std::vector<std::pair<int, std::string>>& parts) {
+  std::string out;
+  for (const auto& [rank, bytes] : parts) {
+    const uint32_t r = static_cast<uint32_t>(rank);
+    const uint64_t n = bytes.size();
+    out.append(reinterpret_cast<const char*>(&r), sizeof(r));
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += bytes;
   }
-  Status LoadState(TensorState state) override { return inner_.LoadState(state.bytes); }
+  return out;
+}
 
- private:
-  Stateful& inner_;
-};
-
-// `state` with `agreement` added under kRankKey, in the map that loads last.
-TrainingState WithAgreement(const TrainingState& state, Stateful& agreement,
-                            std::unique_ptr<StatefulAsTensorState>* holder) {
-  TrainingState tagged = state;
-  if (state.tensor_extra.empty()) {
-    tagged.extra[kRankKey] = &agreement;
-  } else {
-    *holder = std::make_unique<StatefulAsTensorState>(agreement);
-    tagged.tensor_extra[kRankKey] = holder->get();
+Status DecodeOptimizerParts(const std::string& bytes, std::map<int, std::string>* out) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint32_t rank = 0;
+    uint64_t n = 0;
+    if (bytes.size() - at < sizeof(rank) + sizeof(n)) return Status::Corruption("exchanged optimizers: truncated");
+    std::memcpy(&rank, bytes.data() + at, sizeof(rank));
+    std::memcpy(&n, bytes.data() + at + sizeof(rank), sizeof(n));
+    at += sizeof(rank) + sizeof(n);
+    if (n > bytes.size() - at) return Status::Corruption("exchanged optimizers: truncated");
+    (*out)[static_cast<int>(rank)] = bytes.substr(at, n);
+    at += n;
   }
-  return tagged;
-}
-
-// A candidate the placement balances over the ranks: model tensors when
-// model_replicated, optimizer state when optimizer_replicated.
-bool IsReplicated(const PlacementCandidate& candidate, const DistributedOptions& options) {
-  const bool model = candidate.role == "param" || candidate.role == "buffer";
-  return model ? options.model_replicated : options.optimizer_replicated;
-}
-
-uint64_t Mix(uint64_t hash, const void* data, size_t size) {
-  return XXH3_64bits_withSeed(data, size, hash);
-}
-
-// XXH3 of a tensor's bytes (a contiguous host copy first, when needed).
-uint64_t TensorHash(const torch::Tensor& tensor) {
-  torch::Tensor host = tensor.detach();
-  if (!host.device().is_cpu() || !host.is_contiguous()) host = host.to(torch::kCPU).contiguous();
-  return XXH3_64bits(host.data_ptr(), host.nbytes());
+  return Status::OK();
 }
 
 }  // namespace
-
-// What the placement decided for one capture: read by CaptureAsync once the
-// local Checkpointer staged (the placement runs inside its staging).
-struct Placed {
-  int64_t step = 0;
-  // (name, role, bytes) of every replicated tensor, in candidate order: equal
-  // on every rank that holds the same replicated state.
-  uint64_t fingerprint = 0;
-  uint64_t owned_bytes = 0;  // replicated bytes this rank stores
-  // verify_replicas: "`name` role R" and the XXH3 of each replicated tensor.
-  std::vector<std::string> names;
-  std::vector<uint64_t> hashes;
-};
-
-// Replicated tensors are written once in all: each goes to one owner rank,
-// greedily, largest first (ties by (name, role)), to the rank with the
-// fewest bytes so far (ties: the lowest rank). Every rank computes the same
-// owners from the same candidates; rank-local tensors stay here.
-class ReplicaPlacement final : public TensorPlacement {
- public:
-  ReplicaPlacement(const DistributedOptions& options, int rank, int size)
-      : options_(options), rank_(rank), size_(size) {}
-
-  Result<std::vector<std::string>> Place(int64_t step, const std::vector<PlacementCandidate>& candidates) override {
-    Placed placed;
-    placed.step = step;
-    std::vector<size_t> replicated;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (IsReplicated(candidates[i], options_)) replicated.push_back(i);
-    }
-    uint64_t fingerprint = 0;
-    for (size_t i : replicated) {
-      const PlacementCandidate& c = candidates[i];
-      fingerprint = Mix(fingerprint, c.name.data(), c.name.size() + 1);  // with the NUL: "ab"+"c" != "a"+"bc"
-      fingerprint = Mix(fingerprint, c.role.data(), c.role.size() + 1);
-      fingerprint = Mix(fingerprint, &c.bytes, sizeof(c.bytes));
-      if (options_.verify_replicas) {
-        placed.names.push_back("`" + c.name + "` role " + c.role);
-        placed.hashes.push_back(TensorHash(c.tensor));
-      }
-    }
-    placed.fingerprint = fingerprint;
-    std::vector<size_t> order = replicated;
-    // Candidates come sorted by (name, role): a stable sort by bytes keeps
-    // that order among equal sizes.
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return candidates[a].bytes > candidates[b].bytes; });
-    std::vector<uint64_t> load(static_cast<size_t>(size_), 0);
-    std::vector<std::string> sources(candidates.size());
-    for (size_t i : order) {
-      const size_t owner = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-      load[owner] += candidates[i].bytes;
-      if (static_cast<int>(owner) != rank_) sources[i] = RankStoreName(static_cast<int>(owner));
-    }
-    placed.owned_bytes = load[static_cast<size_t>(rank_)];
-    placed_ = std::move(placed);
-    return sources;
-  }
-
-  // The decision of the last Place for `step`, moved out.
-  std::optional<Placed> Take(int64_t step) {
-    if (!placed_.has_value() || placed_->step != step) return std::nullopt;
-    std::optional<Placed> out = std::move(placed_);
-    placed_.reset();
-    return out;
-  }
-
- private:
-  const DistributedOptions& options_;
-  const int rank_;
-  const int size_;
-  std::optional<Placed> placed_;  // training thread only
-};
-
-// The other ranks' stores of the run, opened read-only on first use for one
-// restore (every rank's committer is idle then: nothing writes them).
-class RankSources final : public TensorSources {
- public:
-  RankSources(std::string run_dir, int size) : run_dir_(std::move(run_dir)), size_(size) {}
-
-  Result<Store*> Source(const std::string& source) override {
-    const int rank = ParseRankStoreName(source);
-    if (rank < 0 || rank >= size_) {
-      return Status::Corruption("the snapshot names source `" + source + "`, no rank store of a run of " +
-                                std::to_string(size_) + " ranks");
-    }
-    std::unique_ptr<Store>& store = stores_[rank];
-    if (!store) {
-      TRAINSNAP_ASSIGN_OR_RETURN(store, Store::OpenReadOnly(RankStorePath(run_dir_, rank)));
-    }
-    return store.get();
-  }
-
- private:
-  const std::string run_dir_;
-  const int size_;
-  std::map<int, std::unique_ptr<Store>> stores_;
-};
-
-// The Stateful every rank adds under kRankKey. At capture it records which
-// rank of how many wrote the snapshot. At restore its LoadState is the
-// agreement: reached only once this rank validated, decoded and loaded its
-// extras; every rank reports, and the restore goes on only if all succeeded.
-class RankAgreement final : public Stateful {
- public:
-  RankAgreement(RankGroup& group, int64_t step) : group_(group), step_(step) {}
-  // Run on every rank once all agreed, before any tensor is written; its
-  // error (the same on every rank: it ends in a collective) aborts the
-  // restore everywhere. The rollback's global step.
-  void SetAfterAgreement(std::function<Status()> fn) { after_agreement_ = std::move(fn); }
-
-  std::string SaveState() const override {
-    return "rank " + std::to_string(group_.rank()) + " of " + std::to_string(group_.size());
-  }
-
-  Status LoadState(std::string_view bytes) override {
-    // A second call is the undo after a later extra refused: the agreement
-    // has nothing to restore, and a collective now would run on this rank
-    // alone and pair with the other ranks' next one.
-    if (reached_) return Status::OK();
-    reached_ = true;
-    Status mine;
-    if (bytes != SaveState()) {
-      mine = Status::ContractMismatch("the store of rank " + std::to_string(group_.rank()) + " holds a snapshot of `" +
-                                      std::string(bytes) + "`");
-    }
-    return Agree(mine);
-  }
-
-  // The agreement for a rank that failed before reaching LoadState.
-  Status Agree(const Status& mine) {
-    reached_ = true;
-    Result<std::vector<RankReport>> reports = group_.Agree(RankReport{mine, {}}, "restore " + StepText(step_));
-    collective_failed_ = !reports.ok();
-    agreed_ = reports.ok() ? FirstFailure(*reports) : reports.status();
-    if (agreed_.ok() && after_agreement_) {
-      agreed_ = after_agreement_();
-      collective_failed_ = agreed_.code() == StatusCode::kAborted && group_.broken();
-    }
-    return agreed_;
-  }
-
-  bool reached() const { return reached_; }
-  bool collective_failed() const { return collective_failed_; }
-  const Status& agreed() const { return agreed_; }
-
- private:
-  RankGroup& group_;
-  const int64_t step_;
-  bool reached_ = false;
-  bool collective_failed_ = false;
-  Status agreed_;
-  std::function<Status()> after_agreement_;
-};
 
 class DistributedState {
  public:
@@ -298,6 +158,7 @@ class DistributedState {
 
   Status Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user_group);
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state);
+  Status Capture(int64_t step, const TrainingState& state);
   Status Flush();
   // rollback: also delete every step after `step`, global records first.
   Status Restore(int64_t step, const TrainingState& target, bool rollback = false);
@@ -307,6 +168,18 @@ class DistributedState {
   int size() const { return group_->size(); }
 
  private:
+  // What one rank read for a restore before the exchange.
+  struct RestoreRead {
+    int captured = 0;  // ranks that took the step
+    int home = 0;      // the rank whose snapshot this rank restores
+    Store* home_store = nullptr;
+    google::protobuf::Arena arena;
+    proto::TrainingManifest* manifest = nullptr;  // the home snapshot's, adjusted; in `arena`
+    torch::Tensor model;                          // PackTensors of the replicated model tensors it read
+    torch::Tensor optimizer;                      // ... and of the replicated optimizer state
+    std::string optimizer_parts;                  // sharded, elastic: EncodeOptimizerParts of its stores
+  };
+
   void CommitterLoop();
   Status CommitGlobally(const Pending& pending);
   // After every rank committed locally: the replicated tensors are the same
@@ -318,19 +191,48 @@ class DistributedState {
   // records retention drops, in order, up to the first failure; returns how
   // many it deleted (the other ranks delete their snapshots of those only).
   Result<int64_t> CommitGlobalRecord(int64_t step, const std::vector<RankReport>& reports);
+  // Every rank store this rank keeps: its own, then those of ranks the group
+  // no longer has that it looks after.
+  std::vector<Store*> KeptStores();
+  // Deletes this rank's snapshots of the steps retention dropped; collects
+  // a store's garbage once its dropped bytes add up to a quarter of the
+  // bytes of one snapshot.
+  void DropRetained(const std::vector<int64_t>& dropped);
   void WaitIdle() EXCLUDES(mu_);
   Status DropLocalAfterRollback() EXCLUDES(mu_);
   // RankGroup::Agree; a failed collective also marks this checkpointer broken.
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
+  Result<std::vector<torch::Tensor>> Exchange(const torch::Tensor& mine, const std::string& what);
+  Result<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what);
   Result<GlobalRecord> ReadGlobalRecord(int64_t step);
+
+  // Restore's phases (Restore reads top to bottom).
+  Status CheckRestorable(int64_t step, GlobalRecord* record);
+  Status CheckWindow(int64_t step, int captured);
+  Status ReadForRestore(int64_t step, const GlobalRecord& record, RestoreRead* read);
+  Result<std::unique_ptr<PreparedRestore>> PrepareRestore(int64_t step, const TrainingState& target,
+                                                          const GlobalRecord& record, RestoreRead& read,
+                                                          const std::vector<torch::Tensor>& model,
+                                                          const std::vector<torch::Tensor>& optimizer,
+                                                          const std::vector<std::string>& parts);
+  Status RollbackGlobal(int64_t step);
+  // Rank store `rank` for reading: this rank's own, one it looks after, or
+  // one opened read-only for the restore in progress.
+  Result<Store*> RankStore(int rank);
 
   const std::string run_dir_;
   const DistributedOptions options_;
   std::unique_ptr<RankGroup> group_;
   std::unique_ptr<Store> global_;  // rank 0: writable; other ranks: read-only
   std::unique_ptr<Store> local_;
+  // Writable stores of ranks >= size() (a run resumed on fewer ranks) whose
+  // rank r is rank() modulo size(): this rank deletes their snapshots of the
+  // steps it drops and reads them at a restore. Used by the committer thread
+  // or by the training thread while the committer is idle.
+  std::map<int, std::unique_ptr<Store>> kept_;
+  std::map<int, std::unique_ptr<Store>> restore_sources_;  // read-only, for one restore (training thread)
+  std::map<Store*, uint64_t> dropped_bytes_;               // since each store's last collection (committer)
   std::unique_ptr<Checkpointer> checkpointer_;
-  std::unique_ptr<RankAgreement> capture_tag_;  // SaveState only: names the rank in every local snapshot
   std::unique_ptr<ReplicaPlacement> placement_;  // the local Checkpointer's TensorPlacement
 
   // A leaf lock (docs/code-map.md): never held across a collective, a store
@@ -340,10 +242,13 @@ class DistributedState {
   std::deque<Pending> queue_ GUARDED_BY(mu_);  // front: being committed by the committer thread
   bool stop_ GUARDED_BY(mu_) = false;
   Status flush_error_ GUARDED_BY(mu_);  // first error since the last Flush
-  Status broken_ GUARDED_BY(mu_);       // a failed collective: every later call fails with it
-  // Global steps, ascending. Written by the committer thread, or by the
-  // training thread while the committer is idle (Open, Restore).
-  std::vector<int64_t> global_steps_ GUARDED_BY(mu_);
+  // The first global step that failed since the last Flush: the next
+  // CaptureAsync returns it, on every rank.
+  Status failed_ GUARDED_BY(mu_);
+  Status broken_ GUARDED_BY(mu_);  // a failed collective: every later call fails with it
+  // Global steps and their world sizes. Written by the committer thread, or
+  // by the training thread while the committer is idle (Open, Restore).
+  std::map<int64_t, int> global_worlds_ GUARDED_BY(mu_);
   // A rollback whose deletion of this rank's later snapshots is still due.
   std::optional<int64_t> pending_local_rollback_ GUARDED_BY(mu_);
   std::thread committer_;
@@ -356,7 +261,6 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
   std::filesystem::create_directories(run_dir_, ec);
   if (ec) return Status::IOError("open " + run_dir_ + ": cannot create the run directory: " + ec.message());
   TRAINSNAP_ASSIGN_OR_RETURN(group_, RankGroup::Create(run_dir_, user_group, options_.timeout));
-  capture_tag_ = std::make_unique<RankAgreement>(*group_, 0);
 
   // Rank 0 owns the global store; the others read it once it exists.
   StoreOptions global_options;
@@ -375,52 +279,72 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> opened, Agree({mine, {}}, "open " + run_dir_));
   TRAINSNAP_RETURN_IF_ERROR(FirstFailure(opened).WithContext("open " + run_dir_));
 
-  // The committer is not started yet: the steps go into global_steps_ once
+  // The committer is not started yet: the steps go into global_worlds_ once
   // every rank agreed on their count.
-  std::vector<int64_t> global_steps;
+  std::map<int64_t, int> worlds;
   mine = [&]() -> Status {
     if (rank() != 0) {
       TRAINSNAP_ASSIGN_OR_RETURN(global_, Store::OpenReadOnly(GlobalStorePath(run_dir_)));
     }
     TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> global_list, global_->List());
-    for (const SnapshotInfo& info : global_list) global_steps.push_back(info.step);
+    for (const SnapshotInfo& info : global_list) {
+      TRAINSNAP_ASSIGN_OR_RETURN(std::string bytes, global_->Manifest(info.step));
+      Result<GlobalRecord> record = ParseGlobalRecord(bytes);
+      if (!record.ok()) return record.status().WithContext("global " + StepText(info.step));
+      worlds[info.step] = record->world_size;
+    }
     StoreOptions local_options = options_.store;
     local_options.retention = RetentionPolicy{};  // applied to global steps by the committer
     TRAINSNAP_ASSIGN_OR_RETURN(local_, Store::Open(RankStorePath(run_dir_, rank()), local_options));
+    // The stores of ranks this group no longer has: rank k's is looked after
+    // by rank k % size().
+    StoreOptions kept_options = local_options;
+    kept_options.create_if_missing = false;
+    for (int k = size(); k < CountRankStores(run_dir_, size()); ++k) {
+      if (k % size() != rank()) continue;
+      Result<std::unique_ptr<Store>> kept = Store::Open(RankStorePath(run_dir_, k), kept_options);
+      if (!kept.ok()) return kept.status().WithContext(RankStoreName(k));
+      kept_[k] = std::move(kept).value();
+    }
     // Local snapshots of steps that never became global (a crash between the
     // local and the global commit, or a capture another rank failed) are not
     // restorable: delete them, so that their steps may be captured again.
-    TRAINSNAP_ASSIGN_OR_RETURN(std::vector<SnapshotInfo> local_list, local_->List());
-    const std::set<int64_t> global_set(global_steps.begin(), global_steps.end());
-    bool deleted = false;
-    for (const SnapshotInfo& info : local_list) {
-      if (global_set.count(info.step)) continue;
-      TRAINSNAP_RETURN_IF_ERROR(local_->Delete(info.step).WithContext("deleting the local-only " + StepText(info.step)));
-      deleted = true;
+    std::vector<std::pair<int, Store*>> stores{{rank(), local_.get()}};
+    for (auto& [k, store] : kept_) stores.emplace_back(k, store.get());
+    for (const auto& [k, store] : stores) {
+      TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> local_only, LocalOnlySteps(*store, GlobalStepsOfRank(worlds, k)));
+      TRAINSNAP_RETURN_IF_ERROR(DeleteRankSnapshots(*store, local_only).WithContext("deleting the local-only steps"));
+      // Their chunks go now; a collection that cannot run (e.g. lost commits
+      // unacknowledged) leaves them to a later one and fails nothing.
+      if (!local_only.empty()) (void)store->CollectGarbage();
     }
-    // Their chunks go now; a collection that cannot run (e.g. lost commits
-    // unacknowledged) leaves them to a later one and fails nothing.
-    if (deleted) (void)local_->CollectGarbage();
     return Status::OK();
   }();
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> ready,
-                             Agree({mine, {static_cast<int64_t>(global_steps.size())}}, "open " + run_dir_));
+                             Agree({mine, {static_cast<int64_t>(worlds.size())}}, "open " + run_dir_));
   TRAINSNAP_RETURN_IF_ERROR(FirstFailure(ready).WithContext("open " + run_dir_));
   for (size_t r = 0; r < ready.size(); ++r) {
-    if (ready[r].values[0] != static_cast<int64_t>(global_steps.size())) {
+    if (ready[r].values[0] != static_cast<int64_t>(worlds.size())) {
       return Status::Aborted("open " + run_dir_ + ": rank " + std::to_string(r) + " sees " +
                              std::to_string(ready[r].values[0]) + " global steps, rank " + std::to_string(rank()) +
-                             " sees " + std::to_string(global_steps.size()) + " (do all ranks share the run directory?)");
+                             " sees " + std::to_string(worlds.size()) + " (do all ranks share the run directory?)");
     }
   }
   {
     MutexLock lock(&mu_);
-    global_steps_ = std::move(global_steps);
+    global_worlds_ = std::move(worlds);
   }
   try {
     CheckpointerOptions checkpointer_options = options_.checkpointer;
     if (options_.model_replicated || options_.optimizer_replicated) {
-      placement_ = std::make_unique<ReplicaPlacement>(options_, rank(), size());
+      // Several ranks share a node: a rank's hashing takes at most 8 of its
+      // cores unless the options name a thread count.
+      const int threads = options_.checkpointer.threads > 0 ? options_.checkpointer.threads
+                          : options_.store.threads > 0
+                              ? options_.store.threads
+                              : std::min(8, static_cast<int>(std::thread::hardware_concurrency()));
+      placement_ = std::make_unique<ReplicaPlacement>(options_.model_replicated, options_.optimizer_replicated,
+                                                      options_.verify_replicas, rank(), size(), threads);
       checkpointer_options.placement = placement_.get();
     }
     checkpointer_ = std::make_unique<Checkpointer>(*local_, checkpointer_options);
@@ -432,20 +356,30 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
 }
 
 Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const TrainingState& state) {
+  // The previous captures' outcomes first: then every rank knows whether a
+  // global step failed, and all return the same error here, or none does.
+  WaitIdle();
   {
     MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
+    if (!failed_.ok()) return failed_;
   }
   Pending pending;
   pending.step = step;
   pending.global = std::make_shared<CaptureState>(step);
-  pending.staged = CheckExtraKeys(state).WithContext("capture " + StepText(step));
-  if (pending.staged.ok()) pending.staged = DropLocalAfterRollback().WithContext("capture " + StepText(step));
+  pending.staged = DropLocalAfterRollback().WithContext("capture " + StepText(step));
   if (pending.staged.ok()) {
-    std::unique_ptr<StatefulAsTensorState> holder;
-    TrainingState tagged = WithAgreement(state, *capture_tag_, &holder);
-    Result<CaptureHandle> local = checkpointer_->CaptureAsync(step, tagged);
-    if (placement_) pending.placed = placement_->Take(step);
+    Result<CaptureHandle> local = checkpointer_->CaptureAsync(step, state);
+    if (placement_) {
+      // Waits for the replica hashes: the caller may change the tensors once
+      // this returns.
+      Result<std::optional<Placed>> placed = placement_->Take(step);
+      if (placed.ok()) {
+        pending.placed = std::move(placed).value();
+      } else if (local.ok()) {
+        local = placed.status().WithContext("capture " + StepText(step));
+      }
+    }
     if (local.ok()) {
       pending.local = std::move(local).value();
     } else {
@@ -466,6 +400,20 @@ Result<CaptureHandle> DistributedState::CaptureAsync(int64_t step, const Trainin
   return handle;
 }
 
+Status DistributedState::Capture(int64_t step, const TrainingState& state) {
+  Result<CaptureHandle> handle = CaptureAsync(step, state);
+  Status status = handle.ok() ? handle->Wait() : handle.status();
+  // Once the step settled on every rank (a staging error takes part in the
+  // agreement too), the caller has its error: the next capture need not
+  // repeat it.
+  WaitIdle();
+  if (!status.ok()) {
+    MutexLock lock(&mu_);
+    failed_ = Status::OK();
+  }
+  return status;
+}
+
 void DistributedState::CommitterLoop() {
   for (;;) {
     Pending pending;
@@ -482,15 +430,22 @@ void DistributedState::CommitterLoop() {
     }
     Status outcome;
     if (!broken.ok()) {
-      (void)pending.local.Wait();  // its local snapshot stays; Open decides its fate
+      // A local capture that was staged still commits (or fails) on the
+      // pipeline: wait for it; Open decides its snapshot's fate.
+      if (pending.staged.ok()) (void)pending.local.Wait();
       outcome = broken;
     } else {
       outcome = CommitGlobally(pending);
     }
+    {
+      // Before the handle completes: a Capture that saw the error clears it.
+      MutexLock lock(&mu_);
+      if (!outcome.ok() && failed_.ok()) failed_ = outcome;
+      // The staging error was counted by CaptureAsync already.
+      if (!outcome.ok() && pending.staged.ok() && flush_error_.ok()) flush_error_ = outcome;
+    }
     pending.global->Finish(outcome);
     MutexLock lock(&mu_);
-    // The staging error was counted by CaptureAsync already.
-    if (!outcome.ok() && pending.staged.ok() && flush_error_.ok()) flush_error_ = outcome;
     queue_.pop_front();
     cv_.notify_all();
   }
@@ -502,29 +457,29 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   // Phase 1: this rank's local commit.
   RankReport mine;
   mine.status = pending.staged.ok() ? pending.local.Wait() : pending.staged;
-  mine.values[0] = step;
+  mine.values[kStep] = step;
   if (mine.status.ok()) {
     Result<SnapshotInfo> info = local_->Info(step);
     if (info.ok()) {
-      mine.values[1] = static_cast<int64_t>(info->logical_bytes);
-      mine.values[2] = static_cast<int64_t>(info->stored_bytes);
-      mine.values[3] = static_cast<int64_t>(info->new_bytes);
+      mine.values[kLogicalBytes] = static_cast<int64_t>(info->logical_bytes);
+      mine.values[kStoredBytes] = static_cast<int64_t>(info->stored_bytes);
+      mine.values[kNewBytes] = static_cast<int64_t>(info->new_bytes);
     } else {
       mine.status = info.status();
     }
   }
   const bool local_committed = pending.staged.ok() && mine.status.ok();
-  if (pending.placed.has_value()) mine.values[4] = static_cast<int64_t>(pending.placed->fingerprint);
-  mine.values[5] = options_.verify_replicas ? 1 : 0;
+  if (pending.placed.has_value()) mine.values[kFingerprint] = static_cast<int64_t>(pending.placed->fingerprint);
+  mine.values[kVerify] = options_.verify_replicas ? 1 : 0;
   // Phase 2: agree on every rank's outcome.
   Result<std::vector<RankReport>> reports = Agree(mine, what);
   if (!reports.ok()) return reports.status();
   Status agreed = FirstFailure(*reports);
   for (size_t r = 0; agreed.ok() && r < reports->size(); ++r) {
-    if ((*reports)[r].values[0] != step) {
+    if ((*reports)[r].values[kStep] != step) {
       agreed = Status::InvalidArgument("ranks disagree on the step: rank " + std::to_string(rank()) + " captures " +
                                        std::to_string(step) + ", rank " + std::to_string(r) + " captures " +
-                                       std::to_string((*reports)[r].values[0]));
+                                       std::to_string((*reports)[r].values[kStep]));
     }
   }
   if (agreed.ok()) agreed = CheckReplicas(pending, *reports, what).WithContext(what);
@@ -565,44 +520,77 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   std::vector<int64_t> drop;
   {
     MutexLock lock(&mu_);
-    global_steps_.push_back(step);
-    drop = StepsToDrop(global_steps_, options_.store.retention);
+    global_worlds_[step] = size();
+    drop = StepsOutsidePolicy(StepsOf(global_worlds_), options_.store.retention);
     drop.resize(std::min(drop.size(), static_cast<size_t>(std::max<int64_t>(0, (*told)[0].values[0]))));
-    for (int64_t gone : drop) global_steps_.erase(std::find(global_steps_.begin(), global_steps_.end(), gone));
+    for (int64_t gone : drop) global_worlds_.erase(gone);
   }
-  bool deleted = false;
-  for (int64_t gone : drop) deleted = local_->Delete(gone).ok() || deleted;
-  if (deleted) (void)local_->CollectGarbage();  // as a store's own retention: failures are retried next time
+  DropRetained(drop);
   return Status::OK();
+}
+
+std::vector<Store*> DistributedState::KeptStores() {
+  std::vector<Store*> stores{local_.get()};
+  for (auto& [k, store] : kept_) stores.push_back(store.get());
+  return stores;
+}
+
+void DistributedState::DropRetained(const std::vector<int64_t>& dropped) {
+  if (dropped.empty()) return;
+  for (Store* store : KeptStores()) {
+    uint64_t bytes = 0;
+    for (int64_t step : dropped) {
+      Result<SnapshotInfo> info = store->Info(step);
+      if (info.ok()) bytes += info->new_bytes;
+    }
+    // A failed delete is retried by the next Open (a snapshot of a step that
+    // is not global).
+    if (!DeleteRankSnapshots(*store, dropped).ok()) continue;
+    uint64_t& pending = dropped_bytes_[store];
+    pending += bytes;
+    // What one snapshot references now: the bar for a collection.
+    Result<std::optional<int64_t>> latest = store->Latest();
+    uint64_t live = 0;
+    if (latest.ok() && latest->has_value()) {
+      Result<SnapshotInfo> info = store->Info(**latest);
+      if (info.ok()) live = info->stored_bytes;
+    }
+    if (pending == 0 || pending * 4 < live) continue;
+    // As a store's own retention: a failure is retried next time.
+    if (store->CollectGarbage().ok()) pending = 0;
+  }
 }
 
 Status DistributedState::CheckReplicas(const Pending& pending, const std::vector<RankReport>& reports,
                                        const std::string& what) {
   for (size_t r = 1; r < reports.size(); ++r) {
-    if (reports[r].values[5] != reports[0].values[5]) {
-      return Status::InvalidArgument("verify_replicas is " + std::string(reports[0].values[5] ? "on" : "off") +
-                                     " on rank 0, " + (reports[r].values[5] ? "on" : "off") + " on rank " +
+    if (reports[r].values[kVerify] != reports[0].values[kVerify]) {
+      return Status::InvalidArgument("verify_replicas is " + std::string(reports[0].values[kVerify] ? "on" : "off") +
+                                     " on rank 0, " + (reports[r].values[kVerify] ? "on" : "off") + " on rank " +
                                      std::to_string(r));
     }
-    if (reports[r].values[4] != reports[0].values[4]) {
+    if (reports[r].values[kFingerprint] != reports[0].values[kFingerprint]) {
       return Status::InvalidArgument("the ranks hold different replicated tensors (names, roles or sizes): rank " +
                                      std::to_string(r) + " differs from rank 0");
     }
   }
-  if (reports[0].values[5] == 0) return Status::OK();
+  if (reports[0].values[kVerify] == 0) return Status::OK();
   // Every rank's hashes, in candidate order (the same tensors everywhere:
   // the fingerprints agree).
   const std::vector<uint64_t> none;
   const std::vector<uint64_t>& hashes = pending.placed.has_value() ? pending.placed->hashes : none;
   std::string mine(reinterpret_cast<const char*>(hashes.data()), hashes.size() * sizeof(uint64_t));
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<std::string> all, group_->AllGather(mine, what + ": replica hashes"));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<std::string> all, AllGather(mine, what + ": replica hashes"));
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != mine.size()) {
+      return Status::InvalidArgument("replica hashes of another size on rank " + std::to_string(r));
+    }
+  }
   for (size_t i = 0; i < hashes.size(); ++i) {
     std::vector<int> differ;
     uint64_t first = 0;
     for (size_t r = 0; r < all.size(); ++r) {
       uint64_t hash = 0;
-      if (all[r].size() != mine.size()) return Status::InvalidArgument("replica hashes of another size on rank " +
-                                                                      std::to_string(r));
       std::memcpy(&hash, all[r].data() + i * sizeof(uint64_t), sizeof(uint64_t));
       if (r == 0) first = hash;
       if (hash != first) differ.push_back(static_cast<int>(r));
@@ -623,30 +611,27 @@ Result<int64_t> DistributedState::CommitGlobalRecord(int64_t step, const std::ve
   record.model_replicated = options_.model_replicated;
   record.optimizer_replicated = options_.optimizer_replicated;
   for (const RankReport& report : reports) {
-    record.ranks.push_back(RankFigures{static_cast<uint64_t>(report.values[1]),
-                                       static_cast<uint64_t>(report.values[2]),
-                                       static_cast<uint64_t>(report.values[3])});
+    record.ranks.push_back(RankFigures{static_cast<uint64_t>(report.values[kLogicalBytes]),
+                                       static_cast<uint64_t>(report.values[kStoredBytes]),
+                                       static_cast<uint64_t>(report.values[kNewBytes])});
   }
   TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer, global_->BeginSnapshot(step));
   writer->SetManifest(EncodeGlobalRecord(record));
   TRAINSNAP_RETURN_IF_ERROR(writer->Commit().status().WithContext("global record"));
-  // Retention: the global records go first, so that a crash in between leaves
-  // local snapshots of non-global steps (deleted by the next Open), never a
-  // global step that a rank lacks.
+  // Retention, step 1 of the run-directory protocol: the global records go
+  // first, so that a crash in between leaves local snapshots of non-global
+  // steps (deleted by the next Open), never a global step that a rank lacks.
   std::vector<int64_t> steps;
   {
     MutexLock lock(&mu_);
-    steps = global_steps_;
+    steps = StepsOf(global_worlds_);
   }
   steps.push_back(step);
-  int64_t dropped = 0;
-  for (int64_t gone : StepsToDrop(steps, options_.store.retention)) {
-    // A failed delete leaves this and later drops for the next commit's
-    // retention; the step itself is committed either way.
-    if (!global_->Delete(gone).ok()) break;
-    ++dropped;
-  }
-  return dropped;
+  size_t dropped = 0;
+  // A failed delete leaves this and later drops for the next commit's
+  // retention; the step itself is committed either way.
+  (void)DeleteGlobalSteps(*global_, StepsOutsidePolicy(steps, options_.store.retention), &dropped);
+  return static_cast<int64_t>(dropped);
 }
 
 Result<std::vector<RankReport>> DistributedState::Agree(const RankReport& mine, const std::string& what) {
@@ -656,6 +641,24 @@ Result<std::vector<RankReport>> DistributedState::Agree(const RankReport& mine, 
     broken_ = reports.status();
   }
   return reports;
+}
+
+Result<std::vector<torch::Tensor>> DistributedState::Exchange(const torch::Tensor& mine, const std::string& what) {
+  Result<std::vector<torch::Tensor>> all = group_->Exchange(mine, what);
+  if (!all.ok()) {
+    MutexLock lock(&mu_);
+    broken_ = all.status();
+  }
+  return all;
+}
+
+Result<std::vector<std::string>> DistributedState::AllGather(const std::string& mine, const std::string& what) {
+  Result<std::vector<std::string>> all = group_->AllGather(mine, what);
+  if (!all.ok()) {
+    MutexLock lock(&mu_);
+    broken_ = all.status();
+  }
+  return all;
 }
 
 void DistributedState::WaitIdle() {
@@ -668,6 +671,7 @@ Status DistributedState::Flush() {
   MutexLock lock(&mu_);
   Status first = std::move(flush_error_);
   flush_error_ = Status::OK();
+  failed_ = Status::OK();
   if (first.ok()) return broken_;
   return first;
 }
@@ -682,32 +686,40 @@ Result<GlobalRecord> DistributedState::ReadGlobalRecord(int64_t step) {
   return ParseGlobalRecord(*bytes);
 }
 
+Result<Store*> DistributedState::RankStore(int rank) {
+  if (rank == this->rank()) return local_.get();
+  auto kept = kept_.find(rank);
+  if (kept != kept_.end()) return kept->second.get();
+  std::unique_ptr<Store>& store = restore_sources_[rank];
+  if (!store) {
+    Result<std::unique_ptr<Store>> opened = Store::OpenReadOnly(RankStorePath(run_dir_, rank));
+    if (!opened.ok()) {
+      restore_sources_.erase(rank);
+      return opened.status().WithContext(RankStoreName(rank));
+    }
+    store = std::move(opened).value();
+  }
+  return store.get();
+}
+
 Status DistributedState::Restore(int64_t step, const TrainingState& target, bool rollback) {
   const std::string what = "restore " + StepText(step);
   {
     MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
   }
-  WaitIdle();  // the committer is idle from here: the collectives below are the only ones
-  // 1. The global record: the step is global, and this group fits it.
+  WaitIdle();  // the committer is idle from here: the collectives below are the
+               // only ones
+  struct CloseSources {
+    std::map<int, std::unique_ptr<Store>>& sources;
+    ~CloseSources() { sources.clear(); }
+  } close_sources{restore_sources_};
+
+  // 1. The global record: the step is global, and this group can take it.
+  GlobalRecord record;
   RankReport pre;
   pre.values[0] = step;
-  pre.status = [&]() -> Status {
-    TRAINSNAP_RETURN_IF_ERROR(CheckExtraKeys(target));
-    TRAINSNAP_ASSIGN_OR_RETURN(GlobalRecord record, ReadGlobalRecord(step));
-    if (record.world_size != size()) {
-      return Status::ContractMismatch("world size: " + StepText(step) + " was captured by " +
-                                      std::to_string(record.world_size) + " ranks, this group has " +
-                                      std::to_string(size()));
-    }
-    if (record.optimizer_replicated != options_.optimizer_replicated) {
-      return Status::ContractMismatch(std::string("optimizer layout: ") + StepText(step) + " was captured with " +
-                                      (record.optimizer_replicated ? "a replicated" : "a sharded") +
-                                      " optimizer, DistributedOptions::optimizer_replicated is " +
-                                      (options_.optimizer_replicated ? "true" : "false"));
-    }
-    return Status::OK();
-  }().WithContext(what);
+  pre.status = CheckRestorable(step, &record).WithContext(what);
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> checked, Agree(pre, what));
   TRAINSNAP_RETURN_IF_ERROR(FirstFailure(checked));
   for (size_t r = 0; r < checked.size(); ++r) {
@@ -716,43 +728,193 @@ Status DistributedState::Restore(int64_t step, const TrainingState& target, bool
                                      " restores " + std::to_string(checked[r].values[0]));
     }
   }
-  // 2. Every rank validates and decodes; the agreement (the extra under
-  // kRankKey) decides whether any rank applies.
-  RankAgreement agreement(*group_, step);
-  if (rollback) {
-    agreement.SetAfterAgreement([&]() -> Status {
-      // Rank 0 deletes the later global records (one transaction), then
-      // every rank learns how that went; only then may a rank drop its own.
-      Status global;
-      if (rank() == 0) global = global_->Rollback(step).WithContext("global store");
-      Result<std::vector<RankReport>> told = group_->Agree({global, {}}, "roll back to " + StepText(step));
-      if (!told.ok()) return told.status();
-      TRAINSNAP_RETURN_IF_ERROR(FirstFailure(*told));
-      MutexLock lock(&mu_);
-      global_steps_.erase(std::upper_bound(global_steps_.begin(), global_steps_.end(), step), global_steps_.end());
-      pending_local_rollback_ = step;
-      return Status::OK();
-    });
+  // 2. Every rank reads its home snapshot's manifest and the replicated
+  // tensors of the stores assigned to it (each store is read by one rank).
+  RestoreRead read;
+  Status mine = ReadForRestore(step, record, &read).WithContext(what);
+  TRAINSNAP_KILL_POINT(kKillRestoreRead);
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> reads, Agree({mine, {}}, what));
+  TRAINSNAP_RETURN_IF_ERROR(FirstFailure(reads));
+  // 3. Every rank sends what it read to every rank.
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<torch::Tensor> model, Exchange(read.model, what + ": replicated tensors"));
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<torch::Tensor> optimizer,
+                             Exchange(read.optimizer, what + ": replicated optimizer state"));
+  std::vector<std::string> parts;
+  if (!record.optimizer_replicated && record.world_size != size()) {
+    TRAINSNAP_ASSIGN_OR_RETURN(parts, AllGather(read.optimizer_parts, what + ": optimizer shards"));
   }
-  std::unique_ptr<StatefulAsTensorState> holder;
-  TrainingState tagged = WithAgreement(target, agreement, &holder);
-  RankSources sources(run_dir_, size());  // the replicated tensors other ranks stored
-  RestoreOptions restore_options;
-  restore_options.sources = &sources;
-  Status local = checkpointer_->Restore(step, tagged, restore_options);
-  if (!agreement.reached()) (void)agreement.Agree(local.ok() ? Status::Aborted("the rank agreement did not run")
-                                                             : local);
-  if (agreement.collective_failed()) {
-    MutexLock lock(&mu_);
-    broken_ = agreement.agreed();
+  // 4. Prepare: validate, decode, and the extras' LoadState, on every rank.
+  Result<std::unique_ptr<PreparedRestore>> prepared =
+      PrepareRestore(step, target, record, read, model, optimizer, parts);
+  model.clear();
+  optimizer.clear();
+  // 5. The phase boundary: every rank prepared, or none applies.
+  Result<std::vector<RankReport>> agreement = Agree({prepared.status(), {}}, what);
+  if (!agreement.ok()) return agreement.status();  // a prepared restore is abandoned with it
+  Status agreed = FirstFailure(*agreement);
+  if (agreed.ok() && rollback) agreed = RollbackGlobal(step);
+  if (!agreed.ok()) {
+    if (prepared.ok()) {
+      Status undone = (*prepared)->Abandon();
+      if (!undone.ok()) return Status::Aborted(agreed.ToString() + undone.message());
+    }
+    return agreed;
   }
-  // The same status on every rank: the lowest failing rank's, which already
-  // names the step (or the failed collective).
-  if (!agreement.agreed().ok()) return agreement.agreed();
+  // 6. Apply: cannot fail for data reasons.
+  Status applied = (*prepared)->Apply();
   // The later steps are no longer global; this rank's snapshots of them go
   // now, or (should that fail) before its next capture, or at the next Open.
   if (rollback) (void)DropLocalAfterRollback();
-  return local;
+  return applied;
+}
+
+Status DistributedState::CheckRestorable(int64_t step, GlobalRecord* record) {
+  TRAINSNAP_ASSIGN_OR_RETURN(*record, ReadGlobalRecord(step));
+  if (record->optimizer_replicated != options_.optimizer_replicated) {
+    return Status::ContractMismatch(std::string("optimizer layout: ") + StepText(step) + " was captured with " +
+                                    (record->optimizer_replicated ? "a replicated" : "a sharded") +
+                                    " optimizer, DistributedOptions::optimizer_replicated is " +
+                                    (options_.optimizer_replicated ? "true" : "false"));
+  }
+  if (record->world_size == size()) return Status::OK();
+  if (!record->model_replicated || !options_.model_replicated) {
+    return Status::ContractMismatch("world size: " + StepText(step) + " was captured by " +
+                                    std::to_string(record->world_size) + " ranks, this group has " +
+                                    std::to_string(size()) +
+                                    ": rank-local models (model_replicated = false) cannot be redistributed");
+  }
+  if (rank() == 0) TRAINSNAP_RETURN_IF_ERROR(CheckWindow(step, record->world_size));
+  return Status::OK();
+}
+
+Status DistributedState::CheckWindow(int64_t step, int captured) {
+  // Rank 0 took every global step: its snapshots say where the windows are.
+  TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ReadManifest(*local_, step));
+  if (!MidWindow(manifest) || options_.restart_window) return Status::OK();
+  std::vector<int64_t> steps;
+  {
+    MutexLock lock(&mu_);
+    steps = StepsOf(global_worlds_);
+  }
+  // The nearest step at a window boundary (the earlier of two as near).
+  std::stable_sort(steps.begin(), steps.end(), [step](int64_t a, int64_t b) {
+    const uint64_t da = a < step ? static_cast<uint64_t>(step - a) : static_cast<uint64_t>(a - step);
+    const uint64_t db = b < step ? static_cast<uint64_t>(step - b) : static_cast<uint64_t>(b - step);
+    return da < db;
+  });
+  std::string nearest = "no global step is at a window boundary";
+  for (int64_t candidate : steps) {
+    if (candidate == step) continue;
+    Result<proto::TrainingManifest> other = ReadManifest(*local_, candidate);
+    if (other.ok() && !MidWindow(*other)) {
+      nearest = "the nearest window boundary is " + StepText(candidate);
+      break;
+    }
+  }
+  const proto::AccumulationState& window = manifest.accumulation();
+  return Status::NotSupported(StepText(step) + " is in the middle of an accumulation window (micro-step " +
+                              std::to_string(window.micro_step()) + " of " + std::to_string(window.size()) +
+                              ") and was captured by " + std::to_string(captured) + " ranks, this group has " +
+                              std::to_string(size()) + ": pending gradients cannot be redistributed; " + nearest +
+                              " (or set DistributedOptions::restart_window)");
+}
+
+Status DistributedState::ReadForRestore(int64_t step, const GlobalRecord& record, RestoreRead* read) {
+  read->captured = record.world_size;
+  read->home = HomeRank(rank(), read->captured);
+  TRAINSNAP_ASSIGN_OR_RETURN(read->home_store, RankStore(read->home));
+  read->manifest = google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(&read->arena);
+  TRAINSNAP_RETURN_IF_ERROR(
+      ReadManifest(*read->home_store, step, read->manifest).WithContext(RankStoreName(read->home)));
+  TRAINSNAP_RETURN_IF_ERROR(DropLegacyRankTag(read->manifest, read->home, read->captured));
+  const bool elastic = read->captured != size();
+  if (elastic && options_.restart_window) RestartWindow(read->manifest);
+  if (rank() >= read->captured) TRAINSNAP_RETURN_IF_ERROR(DeriveRng(read->manifest, rank()));
+  TRAINSNAP_ASSIGN_OR_RETURN(
+      ReplicatedTensors holders,
+      ReplicatedHolders(*read->manifest, read->home, record.model_replicated, record.optimizer_replicated));
+  std::vector<std::pair<Store*, std::vector<TensorKey>>> model, optimizer;
+  std::vector<std::pair<int, std::string>> parts;
+  for (int k : StoresReadBy(rank(), size(), read->captured)) {
+    TRAINSNAP_ASSIGN_OR_RETURN(Store * store, RankStore(k));
+    model.emplace_back(store, holders.model[k]);
+    optimizer.emplace_back(store, holders.optimizer[k]);
+    if (!record.optimizer_replicated && elastic) {
+      TRAINSNAP_ASSIGN_OR_RETURN(proto::TrainingManifest manifest, ReadManifest(*store, step));
+      proto::TrainingManifest only;
+      *only.mutable_optimizers() = manifest.optimizers();
+      parts.emplace_back(k, only.SerializeAsString());
+    }
+  }
+  TRAINSNAP_ASSIGN_OR_RETURN(read->model, PackTensors(step, model));
+  TRAINSNAP_ASSIGN_OR_RETURN(read->optimizer, PackTensors(step, optimizer));
+  read->optimizer_parts = EncodeOptimizerParts(parts);
+  return Status::OK();
+}
+
+Result<std::unique_ptr<PreparedRestore>> DistributedState::PrepareRestore(int64_t step, const TrainingState& target,
+                                                                          const GlobalRecord& record, RestoreRead& read,
+                                                                          const std::vector<torch::Tensor>& model,
+                                                                          const std::vector<torch::Tensor>& optimizer,
+                                                                          const std::vector<std::string>& parts) {
+  const std::string what = "restore " + StepText(step);
+  std::map<TensorKey, torch::Tensor> exchanged;
+  for (const auto* packs : {&model, &optimizer}) {
+    for (const torch::Tensor& packed : *packs) {
+      Result<std::map<TensorKey, torch::Tensor>> tensors = UnpackTensors(packed);
+      if (!tensors.ok()) return tensors.status().WithContext(what);
+      exchanged.merge(*tensors);
+    }
+  }
+  // Sharded optimizers restored on another world size: every store's.
+  std::map<int, std::string> shards;
+  for (const std::string& encoded : parts) {
+    Status decoded = DecodeOptimizerParts(encoded, &shards);
+    if (!decoded.ok()) return decoded.WithContext(what);
+  }
+  std::deque<proto::TrainingManifest> shard_manifests;
+  std::vector<OptimizerPart> optimizer_parts;
+  for (const auto& [k, bytes] : shards) {
+    if (!shard_manifests.emplace_back().ParseFromString(bytes)) {
+      return Status::Corruption(what + ": the optimizers of " + RankStoreName(k) + " do not parse");
+    }
+    optimizer_parts.push_back({RankStoreName(k), &shard_manifests.back()});
+  }
+  if (!record.optimizer_replicated && record.world_size != size() &&
+      optimizer_parts.size() != static_cast<size_t>(record.world_size)) {
+    return Status::Corruption(what + ": " + std::to_string(optimizer_parts.size()) + " optimizer shards for " +
+                              std::to_string(record.world_size) + " ranks");
+  }
+  const int captured = record.world_size;
+  RankTensorReader reader(
+      *read.home_store,
+      [this, captured](const std::string& source) -> Result<Store*> {
+        const int k = ParseRankStoreName(source);
+        if (k < 0 || k >= captured) {
+          return Status::Corruption("the snapshot names source `" + source + "`, no rank store of a step of " +
+                                    std::to_string(captured) + " ranks");
+        }
+        return RankStore(k);
+      },
+      exchanged);
+  SnapshotInput input;
+  input.manifest = read.manifest;
+  input.reader = &reader;
+  if (!optimizer_parts.empty()) input.optimizer_parts = &optimizer_parts;
+  return CheckpointerInternal::PrepareRestore(*checkpointer_, step, target, RestoreOptions{}, input);
+}
+
+Status DistributedState::RollbackGlobal(int64_t step) {
+  // Rank 0 deletes the later global records (one transaction), then every
+  // rank learns how that went; only then may a rank drop its own.
+  Status global;
+  if (rank() == 0) global = RollbackGlobalSteps(*global_, step);
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> told, Agree({global, {}}, "roll back to " + StepText(step)));
+  TRAINSNAP_RETURN_IF_ERROR(FirstFailure(told));
+  MutexLock lock(&mu_);
+  global_worlds_.erase(global_worlds_.upper_bound(step), global_worlds_.end());
+  pending_local_rollback_ = step;
+  return Status::OK();
 }
 
 Status DistributedState::DropLocalAfterRollback() {
@@ -762,7 +924,10 @@ Status DistributedState::DropLocalAfterRollback() {
     step = pending_local_rollback_;
   }
   if (!step.has_value()) return Status::OK();
-  TRAINSNAP_RETURN_IF_ERROR(local_->Rollback(*step).WithContext("dropping this rank's snapshots after the rollback"));
+  for (Store* store : KeptStores()) {
+    TRAINSNAP_RETURN_IF_ERROR(
+        DeleteRankSnapshotsAfter(*store, *step).WithContext("dropping this rank's snapshots after the rollback"));
+  }
   MutexLock lock(&mu_);
   pending_local_rollback_.reset();
   return Status::OK();
@@ -820,8 +985,7 @@ Result<CaptureHandle> DistributedCheckpointer::CaptureAsync(int64_t step, const 
 }
 
 Status DistributedCheckpointer::Capture(int64_t step, const TrainingState& state) {
-  TRAINSNAP_ASSIGN_OR_RETURN(CaptureHandle handle, state_->CaptureAsync(step, state));
-  return handle.Wait();
+  return state_->Capture(step, state);
 }
 
 Status DistributedCheckpointer::Flush() { return state_->Flush(); }

@@ -149,6 +149,32 @@ Result<std::vector<std::string>> RankGroup::AllGather(const std::string& mine, c
   }
 }
 
+Result<std::vector<at::Tensor>> RankGroup::Exchange(const at::Tensor& mine, const std::string& what) {
+  RankReport length;
+  length.values[0] = mine.defined() ? static_cast<int64_t>(mine.numel()) : 0;
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<RankReport> lengths, Agree(length, what));
+  try {
+    std::vector<at::Tensor> all(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      const int64_t bytes = lengths[static_cast<size_t>(r)].values[0];
+      if (bytes <= 0) continue;
+      std::vector<at::Tensor> tensors{r == rank_ ? mine : at::empty({bytes}, at::kByte)};
+      c10d::BroadcastOptions options;
+      options.rootRank = r;
+      options.timeout = timeout_;
+      c10::intrusive_ptr<c10d::Work> work = group_->broadcast(tensors, options);
+      if (!work->wait(timeout_)) throw std::runtime_error("timed out after " + TimeoutText(timeout_));
+      all[static_cast<size_t>(r)] = tensors[0];
+    }
+    return all;
+  } catch (const std::exception& e) {
+    broken_ = Status::Aborted(what + ": a collective of the " + std::to_string(size_) +
+                              " ranks failed (a rank died or did not take part within " + TimeoutText(timeout_) +
+                              "): " + ExceptionText(e));
+    return broken_;
+  }
+}
+
 Result<std::vector<RankReport>> RankGroup::Agree(const RankReport& mine, const std::string& what) {
   if (!broken_.ok()) return broken_;
   try {

@@ -21,7 +21,7 @@ namespace trainsnap::internal {
 // kReportMessageBytes on the wire.
 struct RankReport {
   Status status;
-  std::array<int64_t, 6> values{};
+  std::array<int64_t, 8> values{};
 };
 inline constexpr size_t kReportMessageBytes = 4000;
 
@@ -50,6 +50,12 @@ class RankGroup {
   Result<std::vector<RankReport>> Agree(const RankReport& mine, const std::string& what);
   // Every rank's `mine` (any length), by rank. Failures as Agree's.
   Result<std::vector<std::string>> AllGather(const std::string& mine, const std::string& what);
+  // Every rank's `mine` (a contiguous CPU byte tensor of any length, or an
+  // undefined tensor for none), by rank: the lengths are agreed first, then
+  // each rank's bytes are broadcast from it (unequal lengths cost no
+  // padding). The result holds `mine` itself at this rank's index.
+  // Failures as Agree's.
+  Result<std::vector<at::Tensor>> Exchange(const at::Tensor& mine, const std::string& what);
 
  private:
   RankGroup(c10::intrusive_ptr<c10d::ProcessGroup> group, int rank, int size, std::chrono::milliseconds timeout);

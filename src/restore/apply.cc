@@ -9,12 +9,6 @@ namespace trainsnap::internal {
 
 namespace {
 
-// An extra's state before the restore, to roll it back.
-struct PreviousExtra {
-  std::string bytes;
-  TensorState tensor_state;
-};
-
 // LoadState must not throw; one that does counts as a refusal, so that the
 // ones before it still get rolled back.
 Status LoadExtra(RestorePlan::Extra& item, const std::string& bytes, const TensorState* tensor_state) {
@@ -22,53 +16,6 @@ Status LoadExtra(RestorePlan::Extra& item, const std::string& bytes, const Tenso
     return ExceptionBoundary([&] { return item.tensor_target->LoadState(*tensor_state); }, "LoadState");
   }
   return ExceptionBoundary([&] { return item.target->LoadState(bytes); }, "LoadState");
-}
-
-// Each extra's state before the restore. SaveState may hand back tensors
-// that alias live state (a Python state_dict() does, and a LoadState that
-// copies in place would then overwrite the "previous" values too): they are
-// cloned, so that a rollback really restores them.
-Status SavePrevious(std::vector<RestorePlan::Extra>& extra, std::vector<PreviousExtra>* previous) {
-  previous->resize(extra.size());
-  for (size_t i = 0; i < extra.size(); ++i) {
-    PreviousExtra& before = (*previous)[i];
-    Status saved = ExceptionBoundary([&] {
-      if (extra[i].tensor_target == nullptr) {
-        before.bytes = extra[i].target->SaveState();
-        return Status::OK();
-      }
-      TRAINSNAP_RETURN_IF_ERROR(extra[i].tensor_target->SaveState(&before.tensor_state));
-      torch::NoGradGuard no_grad;
-      for (auto& [name, tensor] : before.tensor_state.tensors) {
-        if (tensor.defined()) tensor = tensor.detach().clone();
-      }
-      return Status::OK();
-    }, "SaveState");
-    if (!saved.ok()) return saved.WithContext("extra state `" + extra[i].name + "`: saving its state before the restore");
-  }
-  return Status::OK();
-}
-
-Status ApplyExtra(std::vector<RestorePlan::Extra>& extra) {
-  std::vector<PreviousExtra> previous;
-  TRAINSNAP_RETURN_IF_ERROR(SavePrevious(extra, &previous));
-  for (size_t i = 0; i < extra.size(); ++i) {
-    Status status = LoadExtra(extra[i], extra[i].bytes, &extra[i].tensor_state);
-    if (status.ok()) continue;
-    // Every extra loaded before gets its previous state back, even when one
-    // of them fails to: each failure is named.
-    std::string undo_failures;
-    for (size_t j = 0; j < i; ++j) {
-      Status undo = LoadExtra(extra[j], previous[j].bytes, &previous[j].tensor_state);
-      if (!undo.ok()) undo_failures += "; restoring `" + extra[j].name + "` to its previous state failed: " + undo.ToString();
-    }
-    if (!undo_failures.empty()) {
-      return Status::Aborted("extra state `" + extra[i].name + "` refused its bytes (" + status.ToString() + ")" +
-                             undo_failures);
-    }
-    return status.WithContext("extra state `" + extra[i].name + "`");
-  }
-  return Status::OK();
 }
 
 // Why an in-place copy into `live` would throw, or "" when it would not.
@@ -128,9 +75,64 @@ Status CheckWritable(const RestorePlan& plan) {
   return Status::OK();
 }
 
-Status ApplyPlan(RestorePlan& plan) {
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(plan));
-  TRAINSNAP_RETURN_IF_ERROR(ApplyExtra(plan.extra));
+// Each extra's state before the restore. SaveState may hand back tensors
+// that alias live state (a Python state_dict() does, and a LoadState that
+// copies in place would then overwrite the "previous" values too): they are
+// cloned, so that an undo really restores them.
+Status LoadExtras(RestorePlan& plan, ExtrasUndo* undo) {
+  std::vector<ExtrasUndo::Previous> previous(plan.extra.size());
+  for (size_t i = 0; i < plan.extra.size(); ++i) {
+    RestorePlan::Extra& item = plan.extra[i];
+    ExtrasUndo::Previous& before = previous[i];
+    before.item = &item;
+    Status saved = ExceptionBoundary(
+        [&] {
+          if (item.tensor_target == nullptr) {
+            before.bytes = item.target->SaveState();
+            return Status::OK();
+          }
+          TRAINSNAP_RETURN_IF_ERROR(item.tensor_target->SaveState(&before.tensor_state));
+          torch::NoGradGuard no_grad;
+          for (auto& [name, tensor] : before.tensor_state.tensors) {
+            if (tensor.defined()) tensor = tensor.detach().clone();
+          }
+          return Status::OK();
+        },
+        "SaveState");
+    if (!saved.ok()) return saved.WithContext("extra state `" + item.name + "`: saving its state before the restore");
+  }
+  for (size_t i = 0; i < plan.extra.size(); ++i) {
+    Status status = LoadExtra(plan.extra[i], plan.extra[i].bytes, &plan.extra[i].tensor_state);
+    if (status.ok()) continue;
+    // Every extra loaded before gets its previous state back, even when one
+    // of them fails to: each failure is named.
+    previous.resize(i);
+    undo->previous_ = std::move(previous);
+    Status undone = undo->Undo();
+    if (!undone.ok()) {
+      return Status::Aborted("extra state `" + plan.extra[i].name + "` refused its bytes (" + status.ToString() + ")" +
+                             undone.message());
+    }
+    return status.WithContext("extra state `" + plan.extra[i].name + "`");
+  }
+  undo->previous_ = std::move(previous);
+  return Status::OK();
+}
+
+Status ExtrasUndo::Undo() {
+  std::string failures;
+  for (Previous& before : previous_) {
+    Status undo = LoadExtra(*before.item, before.bytes, &before.tensor_state);
+    if (!undo.ok()) {
+      failures += "; restoring `" + before.item->name + "` to its previous state failed: " + undo.ToString();
+    }
+  }
+  previous_.clear();
+  if (failures.empty()) return Status::OK();
+  return Status::Aborted(failures);
+}
+
+void WritePlan(RestorePlan& plan) {
   torch::NoGradGuard no_grad;
   for (RestorePlan::Copy& copy : plan.copies) copy.live.copy_(copy.staged);
   for (RestorePlan::Grad& grad : plan.grads) ApplyGrad(grad);
@@ -138,7 +140,6 @@ Status ApplyPlan(RestorePlan& plan) {
   if (plan.scheduler != nullptr) SetSchedulerStepCount(*plan.scheduler, plan.scheduler_step_count);
   if (plan.accumulation != nullptr) *plan.accumulation = plan.window;
   if (plan.rng.has_value()) ApplyRng(*plan.rng);
-  return Status::OK();
 }
 
 }  // namespace trainsnap::internal

@@ -1,5 +1,7 @@
 // Apply, the last phase of a restore: copy the validated, decoded snapshot
-// into the live objects. Everything that can fail has been checked before.
+// into the live objects. The extras load first (LoadExtras: the last step
+// that can fail, and the only one that can be undone); WritePlan then
+// cannot fail.
 #pragma once
 
 #include <optional>
@@ -56,16 +58,42 @@ struct RestorePlan {
 // live tensor of `plan.copies` that an in-place copy would refuse: an
 // inference tensor outside c10::InferenceMode, a tensor whose elements
 // overlap in memory (stride 0, expand()). Touches nothing. After it passed,
-// ApplyPlan's tensor writes cannot fail.
+// WritePlan cannot fail.
 Status CheckWritable(const RestorePlan& plan);
 
-// Checks CheckWritable, then saves every extra's previous state (a
-// TensorStateful that fails to save fails the restore, nothing loaded yet)
-// and loads the extra state: when one refuses (or throws), the ones already
-// loaded get their previous state back and the error is returned with
-// nothing else touched. Then copies
-// tensors, gradients, optimizer state, scheduler, window and RNG under
-// NoGradGuard; none of these can fail.
-Status ApplyPlan(RestorePlan& plan);
+// The extras' state from before LoadExtras loaded them, to give it back
+// when the restore does not go on.
+class ExtrasUndo {
+ public:
+  ExtrasUndo() = default;
+  ExtrasUndo(ExtrasUndo&&) = default;
+  ExtrasUndo& operator=(ExtrasUndo&&) = default;
+  // Loads every extra's previous state, in order, once; later calls return
+  // OK. Aborted naming each extra that refused its previous state (the
+  // others got theirs back); OK otherwise.
+  Status Undo();
+
+ private:
+  friend Status LoadExtras(RestorePlan& plan, ExtrasUndo* undo);
+  struct Previous {
+    RestorePlan::Extra* item = nullptr;
+    std::string bytes;
+    TensorState tensor_state;
+  };
+  std::vector<Previous> previous_;
+};
+
+// Saves every extra's previous state (a TensorStateful that fails to save
+// fails the restore, nothing loaded yet), then loads the plan's extra state.
+// When one refuses (or throws), the ones already loaded get their previous
+// state back and its error is returned, naming it (Aborted when an undo
+// failed too). On success `undo` can give them all their previous state
+// back; `plan` must outlive it.
+Status LoadExtras(RestorePlan& plan, ExtrasUndo* undo);
+
+// Copies tensors, gradients, optimizer state, scheduler, window and RNG in
+// under NoGradGuard. Cannot fail once CheckWritable passed (an allocation
+// may still throw: a replaced gradient).
+void WritePlan(RestorePlan& plan);
 
 }  // namespace trainsnap::internal

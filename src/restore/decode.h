@@ -2,13 +2,14 @@
 // staging tensors, verifying every chunk hash. Touches no live object.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
+#include "manifest.pb.h"
 #include "restore/decoded_tensors.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -35,5 +36,17 @@ struct WantedTensor {
 // read fails, the reads are repeated one at a time, in order, to name the
 // first that fails: naming every read up front cost a string per tensor.)
 Result<DecodedTensors> DecodeTensors(Store& store, int64_t step, const std::vector<WantedTensor>& wanted);
+
+// Where the decode phase gets its tensors from: one store and the sources of
+// external tensors by default; a multi-process restore reads some of them
+// from other processes.
+class TensorReader {
+ public:
+  virtual ~TensorReader() = default;
+  // Every wanted tensor of snapshot `step` (described by `manifest`), in
+  // `wanted` order, with DecodeTensors' checks and errors.
+  virtual Result<DecodedTensors> Read(int64_t step, const proto::TrainingManifest& manifest,
+                                      const std::vector<WantedTensor>& wanted) = 0;
+};
 
 }  // namespace trainsnap::internal

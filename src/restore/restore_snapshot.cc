@@ -5,13 +5,15 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "torch/contract.h"
-#include "torch/manifest_codec.h"
-#include "torch/rng_state.h"
 #include "restore/apply.h"
 #include "restore/decode.h"
+#include "restore/optimizer_parts.h"
 #include "restore/optimizer_restore.h"
 #include "restore/validate.h"
+#include "torch/contract.h"
+#include "torch/exception_boundary.h"
+#include "torch/manifest_codec.h"
+#include "torch/rng_state.h"
 
 namespace trainsnap::internal {
 
@@ -83,25 +85,22 @@ Status CheckBuffersPresent(const proto::TrainingManifest& manifest, const Contra
   return Status::OK();
 }
 
-// RestoreOptions::discard_later, run by ApplyPlan as the last extra state it
-// loads: after every real Stateful accepted its bytes (a failure here rolls
-// them back) and before any tensor is written (nothing after it can fail).
-class LaterSnapshotsDiscarder final : public Stateful {
+// DecodeTensors over the stores that hold the snapshot's tensors: this one,
+// and the sources of its external tensors (CheckpointerOptions::placement).
+class PlacedReader final : public TensorReader {
  public:
-  LaterSnapshotsDiscarder(Store& store, int64_t step) : store_(store), step_(step) {}
-  std::string SaveState() const override { return std::string(); }
-  Status LoadState(std::string_view) override { return store_.Rollback(step_); }
+  PlacedReader(Store& store, TensorSources* sources) : store_(store), sources_(sources) {}
+  Result<DecodedTensors> Read(int64_t step, const proto::TrainingManifest& manifest,
+                              const std::vector<WantedTensor>& wanted) override;
 
  private:
   Store& store_;
-  const int64_t step_;
+  TensorSources* const sources_;
 };
 
-// DecodeTensors over the stores that hold the snapshot's tensors: this one,
-// and the sources of its external tensors (CheckpointerOptions::placement).
-Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::TrainingManifest& manifest,
-                                    const std::vector<WantedTensor>& wanted, TensorSources* sources) {
-  if (manifest.external_tensors().empty()) return DecodeTensors(store, step, wanted);
+Result<DecodedTensors> PlacedReader::Read(int64_t step, const proto::TrainingManifest& manifest,
+                                          const std::vector<WantedTensor>& wanted) {
+  if (manifest.external_tensors().empty()) return DecodeTensors(store_, step, wanted);
   std::map<std::pair<uint64_t, std::string>, const std::string*> external;  // by (param_id, role)
   for (const proto::ExternalTensor& tensor : manifest.external_tensors()) {
     external.emplace(std::make_pair(tensor.id(), tensor.role()), &tensor.source());
@@ -114,15 +113,15 @@ Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::Tra
       here.push_back(want);
       continue;
     }
-    if (sources == nullptr) {
+    if (sources_ == nullptr) {
       return Status::NotSupported("tensor `" + *want.name + "` role " + want.role + " is stored in source `" +
                                   *it->second + "` (a multi-process run's store): RestoreOptions::sources is not set");
     }
     elsewhere[*it->second].push_back(want);
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store, step, here));
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodeTensors(store_, step, here));
   for (const auto& [source, group] : elsewhere) {
-    Result<Store*> opened = sources->Source(source);
+    Result<Store*> opened = sources_->Source(source);
     if (!opened.ok()) return opened.status().WithContext("source `" + source + "`");
     if (*opened == nullptr) return Status::InvalidArgument("source `" + source + "`: resolved to no store");
     Result<DecodedTensors> part = DecodeTensors(**opened, step, group);
@@ -132,21 +131,75 @@ Result<DecodedTensors> DecodePlaced(Store& store, int64_t step, const proto::Tra
   return decoded;
 }
 
+// SnapshotInput::optimizer_parts: `manifest` with each optimizer composed
+// from the parts for the target optimizer of its name (one the target lacks
+// stays as it is: CheckComposition names it).
+Result<const proto::TrainingManifest*> ComposeOptimizers(const proto::TrainingManifest& manifest,
+                                                         const std::vector<OptimizerPart>& parts,
+                                                         const std::vector<NamedOptimizer>& optimizers,
+                                                         const Contract& contract, google::protobuf::Arena* arena) {
+  proto::TrainingManifest* composed = google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(arena);
+  *composed = manifest;
+  for (int i = 0; i < composed->optimizers_size(); ++i) {
+    const std::string name = composed->optimizers(i).name();
+    for (const NamedOptimizer& optimizer : optimizers) {
+      if (optimizer.key != name) continue;
+      Result<proto::OptimizerManifest> merged =
+          ComposeOptimizer(name, parts, *optimizer.optimizer, contract, composed->mutable_external_tensors());
+      if (!merged.ok()) return merged.status().WithContext(OptimizerName(name));
+      *composed->mutable_optimizers(i) = std::move(merged).value();
+    }
+  }
+  return composed;
+}
+
 }  // namespace
 
-Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, const RestoreOptions& options,
-                       const std::string& base_label, BaseIdentityBuilder& base, ContractCache* contracts) {
+PreparedRestore::PreparedRestore(ContractCache::Lease lease, RestorePlan plan)
+    : lease_(std::move(lease)), plan_(std::move(plan)) {}
+
+PreparedRestore::~PreparedRestore() { (void)Abandon(); }
+
+Status PreparedRestore::Apply() {
+  if (done_) return Status::OK();
+  done_ = true;
+  return ExceptionBoundary([&] {
+    WritePlan(plan_);
+    return Status::OK();
+  });
+}
+
+Status PreparedRestore::Abandon() {
+  if (done_) return Status::OK();
+  done_ = true;
+  return undo_.Undo();
+}
+
+Result<std::unique_ptr<PreparedRestore>> PrepareRestore(Store& store, int64_t step, const TrainingState& target,
+                                                        const RestoreOptions& options, const std::string& base_label,
+                                                        BaseIdentityBuilder& base, ContractCache* contracts,
+                                                        const SnapshotInput& input) {
   // 1. Manifest and format version.
   google::protobuf::Arena arena(ManifestArenaOptions());
-  proto::TrainingManifest& manifest = *google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(&arena);
-  TRAINSNAP_RETURN_IF_ERROR(ReadManifest(store, step, &manifest));
+  const proto::TrainingManifest* read = input.manifest;
+  if (read == nullptr) {
+    proto::TrainingManifest* own = google::protobuf::Arena::CreateMessage<proto::TrainingManifest>(&arena);
+    TRAINSNAP_RETURN_IF_ERROR(ReadManifest(store, step, own));
+    read = own;
+  }
 
   // 2. Contract, frozen base, devices, the rest of the composition.
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(target));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(target));
-  TRAINSNAP_RETURN_IF_ERROR(CheckModels(manifest, models));
-  TRAINSNAP_ASSIGN_OR_RETURN(ContractCache::Lease lease, ContractCache::Acquire(contracts, models));
+  TRAINSNAP_RETURN_IF_ERROR(CheckModels(*read, models));
+  Result<ContractCache::Lease> leased = ContractCache::Acquire(contracts, models);
+  if (!leased.ok()) return leased.status();
+  ContractCache::Lease lease = std::move(leased).value();
   const Contract& contract = *lease;
+  if (input.optimizer_parts != nullptr) {
+    TRAINSNAP_ASSIGN_OR_RETURN(read, ComposeOptimizers(*read, *input.optimizer_parts, optimizers, contract, &arena));
+  }
+  const proto::TrainingManifest& manifest = *read;
   TRAINSNAP_RETURN_IF_ERROR(CheckContract(manifest, contract));
   TRAINSNAP_RETURN_IF_ERROR(CheckDevices(contract));  // before the base's content hash reads them
   if (!options.allow_missing_buffers) TRAINSNAP_RETURN_IF_ERROR(CheckBuffersPresent(manifest, contract));
@@ -187,7 +240,9 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     TRAINSNAP_RETURN_IF_ERROR(WantOptimizerTensors(stored, contract, &wanted)
                                   .WithContext(OptimizerName(stored.name())));
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, DecodePlaced(store, step, manifest, wanted, options.sources));
+  PlacedReader placed(store, options.sources);
+  TensorReader& reader = input.reader != nullptr ? *input.reader : placed;
+  TRAINSNAP_ASSIGN_OR_RETURN(DecodedTensors decoded, reader.Read(step, manifest, wanted));
 
   // Prepare every write; still nothing live is touched. In `wanted` order,
   // which DecodedTensors' look-ups follow.
@@ -253,17 +308,16 @@ Status RestoreSnapshot(Store& store, int64_t step, const TrainingState& target, 
     plan.window = AccumulationWindow{window.micro_step(), window.size(), window.weight_sum(), window.scale()};
   }
   plan.rng = std::move(rng);
-  LaterSnapshotsDiscarder discarder(store, step);
-  if (options.discard_later) {
-    RestorePlan::Extra item;
-    item.name = "(discard_later)";
-    item.target = &discarder;
-    plan.extra.push_back(std::move(item));
-  }
 
-  // 4. Copy in: ApplyPlan checks that every live tensor accepts the write
-  // before the first one.
-  return ApplyPlan(plan);
+  // 4. The last checks, then the extras: every check that can fail runs
+  // before the first live object changes, and the extras are the one change
+  // that can be undone.
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(plan));
+  auto prepared = std::make_unique<PreparedRestore>(std::move(lease), std::move(plan));
+  prepared->done_ = true;  // nothing to undo until the extras loaded
+  TRAINSNAP_RETURN_IF_ERROR(LoadExtras(prepared->plan_, &prepared->undo_));
+  prepared->done_ = false;
+  return prepared;
 }
 
 }  // namespace trainsnap::internal

@@ -9,6 +9,7 @@
 #include "store/kill_point.h"
 #include "store/messages.h"
 #include "store/pack_entry.h"
+#include "store/retention.h"
 #include "store/rocksdb_status.h"
 
 namespace trainsnap::internal {
@@ -153,13 +154,10 @@ Result<PruneReport> GarbageCollector::Prune(const RetentionPolicy& policy, bool 
   PruneReport report;
   if (policy.keep_last <= 0) return report;  // keep_last = 0 keeps everything
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, catalog_.ListSteps());
-  const size_t keep_from =
-      steps.size() > static_cast<size_t>(policy.keep_last) ? steps.size() - static_cast<size_t>(policy.keep_last) : 0;
-  for (size_t i = 0; i < keep_from; ++i) {
-    if (policy.keep_every > 0 && steps[i] % policy.keep_every == 0) continue;
+  for (int64_t step : StepsOutsidePolicy(steps, policy)) {
     // A commit never deletes the snapshot it has just acknowledged.
-    if (committed.has_value() && steps[i] == *committed) continue;
-    report.deleted_steps.push_back(steps[i]);
+    if (committed.has_value() && step == *committed) continue;
+    report.deleted_steps.push_back(step);
   }
   std::vector<ChunkRef> released;
   if (!report.deleted_steps.empty()) {

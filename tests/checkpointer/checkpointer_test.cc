@@ -591,6 +591,37 @@ TEST(CheckpointerRollbackTest, FailedRollbackDeletesNothingAndChangesNothing) {
   EXPECT_EQ(StoredSteps(*ts.store), (std::vector<int64_t>{1, 2, 3}));
 }
 
+// The deletion of discard_later comes at the boundary between the restore's
+// phases: once it fails (a read-only store), the extras the first phase
+// loaded get their previous state back and no tensor was written.
+TEST(CheckpointerRollbackTest, RollbackThatCannotDeleteUndoesTheExtrasAndWritesNothing) {
+  TempStore ts;
+  Rig rig(Opt::kAdam);
+  {
+    Checkpointer checkpointer(*ts.store);
+    for (int64_t step = 1; step <= 3; ++step) {
+      rig.MicroStep();
+      ASSERT_TRUE(checkpointer.Capture(step, rig.State()).ok());
+    }
+  }
+  ts.Close();
+  Result<std::unique_ptr<Store>> read_only = Store::OpenReadOnly(ts.path().string());
+  ASSERT_TRUE(read_only.ok()) << read_only.status().ToString();
+  rig.MicroStep();
+  const auto before = Fingerprint(rig.State());
+  const int64_t cursor = rig.cursor.position;
+  Checkpointer checkpointer(**read_only);
+  Status status = checkpointer.RollbackTo(1, rig.State());
+  EXPECT_EQ(status.code(), StatusCode::kNotSupported) << status.ToString();
+  EXPECT_EQ(status.message().rfind("restore step 1: discard_later: ", 0), 0u) << status.message();
+  EXPECT_EQ(rig.cursor.position, cursor);
+  EXPECT_EQ(FirstDifference(before, Fingerprint(rig.State())), "");
+  EXPECT_EQ(StoredSteps(**read_only), (std::vector<int64_t>{1, 2, 3}));
+  // The same store restores without the deletion.
+  ASSERT_TRUE(checkpointer.Restore(1, rig.State()).ok());
+  EXPECT_EQ(rig.cursor.position, 1);
+}
+
 // --- CheckpointerOptions::gradients -------------------------------------------
 
 // Gradient accumulation over windows of 2 that zeroes the gradients at the

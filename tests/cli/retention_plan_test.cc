@@ -8,17 +8,6 @@ namespace trainsnap::cli_test {
 namespace {
 
 using cli::PlanDeletion;
-using cli::StepsOutsidePolicy;
-
-TEST(RetentionPlanTest, StepsOutsidePolicyKeepsNewestAndMultiples) {
-  std::vector<int64_t> steps = {0, 5, 10, 15, 20, 25, 30};
-  EXPECT_EQ(StepsOutsidePolicy(steps, {2, 0}), (std::vector<int64_t>{0, 5, 10, 15, 20}));
-  EXPECT_EQ(StepsOutsidePolicy(steps, {2, 10}), (std::vector<int64_t>{5, 15}));
-  EXPECT_EQ(StepsOutsidePolicy(steps, {7, 0}), (std::vector<int64_t>{}));
-  EXPECT_EQ(StepsOutsidePolicy(steps, {100, 3}), (std::vector<int64_t>{}));
-  EXPECT_EQ(StepsOutsidePolicy(steps, {0, 10}), (std::vector<int64_t>{}));  // keep_last 0 keeps all
-  EXPECT_EQ(StepsOutsidePolicy({-4, -3, 1}, {1, 2}), (std::vector<int64_t>{-3}));
-}
 
 class PlanDeletionTest : public CliTest {};
 

@@ -4,16 +4,17 @@
 // sampler and loader at the exact next sample, bit for bit.
 #include "trainsnap/sampler.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <numeric>
-#include <sstream>
-#include <vector>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <vector>
 
 namespace trainsnap {
 namespace {
@@ -211,6 +212,160 @@ TEST(ResumableSamplerTest, TorchArchiveRoundTrip) {
   torch::serialize::InputArchive in_again;
   in_again.load_from(again);
   EXPECT_THROW(smaller.load(in_again), c10::Error);
+}
+
+// --- Distributed mode -----------------------------------------------------
+
+// Epoch `epoch`'s order as the documented rule gives it.
+std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, size_t n) {
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix(seed ^ mix(static_cast<uint64_t>(epoch))));
+  torch::Tensor perm = torch::randperm(static_cast<int64_t>(n), gen, torch::kInt64);
+  return std::vector<int64_t>(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + n);
+}
+
+// One sampler per rank of `world`, each resumed from `state` (if given).
+std::vector<std::unique_ptr<ResumableSampler>> Ranks(int world, const std::string& state = "") {
+  std::vector<std::unique_ptr<ResumableSampler>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::make_unique<ResumableSampler>(kSamples, kSeed));
+    if (!state.empty()) {
+      EXPECT_TRUE(ranks.back()->LoadState(state).ok());
+    }
+    EXPECT_TRUE(ranks.back()->Distribute(r, world).ok());
+    ranks.back()->reset();
+  }
+  return ranks;
+}
+
+// `steps` lockstep steps (one batch of `batch` per rank each), or until a
+// rank's pass ends: every rank's samples, in order.
+std::vector<std::vector<int64_t>> Take(std::vector<std::unique_ptr<ResumableSampler>>& ranks, size_t batch,
+                                       size_t steps = SIZE_MAX) {
+  std::vector<std::vector<int64_t>> taken(ranks.size());
+  for (size_t step = 0; step < steps; ++step) {
+    bool any = false;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      auto indices = ranks[r]->next(batch);
+      if (!indices.has_value()) continue;
+      any = true;
+      EXPECT_TRUE(ranks[r]->BatchConsumed().ok());
+      taken[r].insert(taken[r].end(), indices->begin(), indices->end());
+    }
+    if (!any) break;
+  }
+  return taken;
+}
+
+TEST(ResumableSamplerDistributedTest, RankRTakesEveryWthSampleFromItsRankAndTheTailIsDropped) {
+  auto ranks = Ranks(4);
+  const std::vector<int64_t> order = EpochOrder(kSeed, 0, kSamples);
+  const auto taken = Take(ranks, 5);
+  for (size_t r = 0; r < 4; ++r) {
+    std::vector<int64_t> expected;
+    for (size_t j = 0; j < kSamples / 4; ++j) expected.push_back(order[r + 4 * j]);  // 12 each, 2 dropped
+    EXPECT_EQ(taken[r], expected) << "rank " << r;
+    EXPECT_EQ(ranks[r]->consumed(), 48u);
+    EXPECT_EQ(ranks[r]->epoch(), 0);
+  }
+}
+
+struct Resize {
+  int from;
+  int to;
+};
+
+class ResumableSamplerResizeTest : public ::testing::TestWithParam<Resize> {};
+
+// Three lockstep steps of 2 samples at `from` ranks, the state of rank 0,
+// then the rest of the epoch at `to` ranks: every sample of the epoch is
+// taken exactly once, but the tail of fewer than `to` samples.
+TEST_P(ResumableSamplerResizeTest, UnionOfSamplesAcrossTheResizeIsTheEpochOnce) {
+  const Resize resize = GetParam();
+  auto before = Ranks(resize.from);
+  const auto first = Take(before, 2, 3);
+  const size_t p = 3 * 2 * static_cast<size_t>(resize.from);
+  for (const auto& rank : before) EXPECT_EQ(rank->consumed(), p);
+  const std::string state = before[0]->SaveState();
+  for (const auto& rank : before) EXPECT_EQ(rank->SaveState(), state);  // one global position
+
+  auto after = Ranks(resize.to, state);
+  const auto second = Take(after, 2);
+  const std::vector<int64_t> order = EpochOrder(kSeed, 0, kSamples);
+  for (size_t r = 0; r < second.size(); ++r) {
+    std::vector<int64_t> expected;
+    for (size_t j = 0; j < (kSamples - p) / static_cast<size_t>(resize.to); ++j) {
+      expected.push_back(order[p + r + static_cast<size_t>(resize.to) * j]);
+    }
+    EXPECT_EQ(second[r], expected) << "rank " << r;
+  }
+  std::vector<int64_t> all;
+  for (const auto& ids : first) all.insert(all.end(), ids.begin(), ids.end());
+  for (const auto& ids : second) all.insert(all.end(), ids.begin(), ids.end());
+  const size_t tail = (kSamples - p) % static_cast<size_t>(resize.to);
+  ASSERT_EQ(all.size(), kSamples - tail);
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> expected(order.begin(), order.end() - static_cast<std::ptrdiff_t>(tail));
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);  // no repeat, no skip
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ResumableSamplerResizeTest,
+                         ::testing::Values(Resize{4, 2}, Resize{2, 4}, Resize{4, 3}, Resize{3, 1}, Resize{1, 3}),
+                         [](const ::testing::TestParamInfo<Resize>& info) {
+                           return std::to_string(info.param.from) + "to" + std::to_string(info.param.to);
+                         });
+
+TEST(ResumableSamplerDistributedTest, OneRankIsThePlainSamplerByteForByte) {
+  ResumableSampler plain(kSamples, kSeed), one(kSamples, kSeed);
+  ASSERT_TRUE(one.Distribute(0, 1).ok());
+  EXPECT_EQ(Iterate(plain, 9).ids, Iterate(one, 9).ids);
+  EXPECT_EQ(plain.SaveState(), one.SaveState());
+}
+
+TEST(ResumableSamplerDistributedTest, AnEpochWithFewerSamplesLeftThanRanksResumesAtTheNextEpoch) {
+  ResumableSampler source(kSamples, kSeed);
+  ASSERT_TRUE(source.Distribute(0, 1).ok());
+  Iterate(source, 6);  // 48 samples of epoch 0
+  ASSERT_EQ(source.consumed(), 48u);
+  auto three = Ranks(3, source.SaveState());  // 2 left, fewer than 3 ranks
+  const std::vector<int64_t> order = EpochOrder(kSeed, 1, kSamples);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(three[r]->epoch(), 1);
+    auto indices = three[r]->next(1);
+    ASSERT_TRUE(indices.has_value());
+    EXPECT_EQ((*indices)[0], static_cast<size_t>(order[r]));
+  }
+  auto two = Ranks(2, source.SaveState());  // 2 left: one each
+  const std::vector<int64_t> epoch0 = EpochOrder(kSeed, 0, kSamples);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(two[r]->epoch(), 0);
+    EXPECT_EQ(two[r]->next(4).value(), std::vector<size_t>{static_cast<size_t>(epoch0[48 + r])});
+  }
+}
+
+TEST(ResumableSamplerDistributedTest, DistributeRefusesBadRanksAndAPassUnderWay) {
+  ResumableSampler sampler(kSamples, kSeed);
+  Status bad = sampler.Distribute(2, 2);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "resumable sampler: rank 2 of 2 ranks");
+  EXPECT_EQ(sampler.Distribute(0, 0).message(), "resumable sampler: rank 0 of 0 ranks");
+  EXPECT_EQ(sampler.Distribute(-1, 3).code(), StatusCode::kInvalidArgument);
+  sampler.reset();
+  ASSERT_TRUE(sampler.next(4).has_value());
+  Status under_way = sampler.Distribute(1, 2);
+  EXPECT_EQ(under_way.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(under_way.message(),
+            "resumable sampler: Distribute() while a pass is under way (call it before the loader starts, or after "
+            "LoadState)");
+  // The refusals changed nothing: still one rank, the next sample the plain
+  // order's fifth.
+  EXPECT_EQ(sampler.next(1).value()[0], static_cast<size_t>(EpochOrder(kSeed, 0, kSamples)[4]));
 }
 
 }  // namespace

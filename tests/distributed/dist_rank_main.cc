@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
-#include <ATen/CPUGeneratorImpl.h>
+#define XXH_INLINE_ALL  // the test's own XXH3, for the RNG rule of new ranks
+#include <xxhash.h>
 
 #include "distributed/dist_rig.h"
 #include "trainsnap/distributed.h"
+#include "trainsnap/sampler.h"
 
 namespace {
 
@@ -22,13 +25,40 @@ using trainsnap::StatusCode;
 using trainsnap::TensorState;
 using trainsnap::TensorStateful;
 using trainsnap::TrainingState;
+using trainsnap::dist_test::EncodeDump;
 using trainsnap::dist_test::Job;
+using trainsnap::dist_test::StateDump;
 
-// A Stateful with nothing to save.
-class Cursor final : public trainsnap::Stateful {
+// A Stateful holding one number; counts its LoadState calls.
+class Counter final : public trainsnap::Stateful {
  public:
-  std::string SaveState() const override { return "cursor"; }
-  Status LoadState(std::string_view) override { return Status::OK(); }
+  explicit Counter(int64_t v) : value(v) {}
+  std::string SaveState() const override { return std::to_string(value); }
+  Status LoadState(std::string_view bytes) override {
+    ++loads;
+    value = std::stoll(std::string(bytes));
+    return Status::OK();
+  }
+  int64_t value;
+  int loads = 0;
+};
+
+// A TensorStateful holding one tensor; refuses to load when told to.
+class Tensors final : public TensorStateful {
+ public:
+  explicit Tensors(float v) : value(torch::full({3}, v)) {}
+  Status SaveState(TensorState* state) const override {
+    state->type = "test.Tensors";
+    state->tensors["value"] = value.clone();
+    return Status::OK();
+  }
+  Status LoadState(TensorState state) override {
+    if (refuse) return Status::InvalidArgument("refusing to load");
+    value.copy_(state.tensors.at("value"));
+    return Status::OK();
+  }
+  torch::Tensor value;
+  bool refuse = false;
 };
 
 std::map<std::string, std::string> flags;
@@ -90,6 +120,7 @@ int Run() {
   options.store.retention.keep_last = IntFlag("keep_last", 0);
   const bool sharded = IntFlag("sharded", 0) != 0;
   options.optimizer_replicated = !sharded;
+  options.model_replicated = IntFlag("local_model", 0) == 0;
   const std::string scenario = Flag("scenario");
 
   if (scenario == "train") {
@@ -153,12 +184,11 @@ int Run() {
     Status restored = checkpointer->Restore(2, job.State());
     PutStatus("good_restore_", restored);
     Put("restored_equal", job.Dump() == at_two ? "1" : "0");
-    // Step 3 fails to stage on rank --bad only (a reserved extra key): every
-    // rank's handle and Flush report that rank's error, and step 3 does not
-    // become global.
+    // Step 3 fails to stage on rank --bad only (a null extra): every rank's
+    // handle and Flush report that rank's error, and step 3 does not become
+    // global.
     TrainingState state = job.State();
-    Cursor cursor;
-    if (rank == bad) state.extra["~trainsnap.rank"] = &cursor;
+    if (rank == bad) state.extra["cursor"] = nullptr;
     auto handle = checkpointer->CaptureAsync(3, state);
     PutStatus("capture_async_", handle.status());
     if (handle.ok()) PutStatus("handle_", handle->Wait());
@@ -168,20 +198,37 @@ int Run() {
     Put("steps", Join(*listed));
     // The step can then be captured on every rank.
     PutStatus("retry_", checkpointer->Capture(3, job.State()));
-    // Step 4 with a tensor_extra key that sorts after the agreement's on
-    // rank --bad only: InvalidArgument there, the same error on every rank,
-    // and step 4 does not become global.
-    struct Tensors final : TensorStateful {
-      Status SaveState(TensorState*) const override { return Status::OK(); }
-      Status LoadState(TensorState) override { return Status::OK(); }
-    } tensors;
-    TrainingState with_tensors = job.State();
-    if (rank == bad) with_tensors.tensor_extra["~zz"] = &tensors;
-    PutStatus("tensor_extra_", checkpointer->Capture(4, with_tensors));
-    (void)checkpointer->Flush();
+    // Step 4 with extra keys that sort after every other and tensor_extra
+    // on every rank: a distributed run takes them as one process does.
+    Counter late(100 + rank);
+    Tensors tensors(static_cast<float>(rank));
+    TrainingState with_extras = job.State();
+    with_extras.extra["~~late"] = &late;
+    with_extras.tensor_extra["opt"] = &tensors;
+    PutStatus("extras_capture_", checkpointer->Capture(4, with_extras));
     auto after = checkpointer->Steps();
     if (!after.ok()) Fail("steps", after.status());
     Put("steps_after", Join(*after));
+    const std::string at_four = job.Dump();
+    // Restore 4 with rank --bad's tensor_extra refusing its bytes: it loads
+    // before the ranks agree, so no rank applies anything, and the extras
+    // already loaded (every rank's "~~late") get their previous state back.
+    job.Step(5);
+    const std::string trained = job.Dump();
+    late.value = -1;
+    tensors.value.fill_(-1.0f);
+    tensors.refuse = rank == bad;
+    PutStatus("extras_refused_", checkpointer->Restore(4, with_extras));
+    Put("extras_unchanged",
+        job.Dump() == trained && late.value == -1 && late.loads == 2 && tensors.value.equal(torch::full({3}, -1.0f))
+            ? "1"
+            : "0");
+    tensors.refuse = false;
+    PutStatus("extras_restore_", checkpointer->Restore(4, with_extras));
+    Put("extras_restored", job.Dump() == at_four && late.value == 100 + rank &&
+                                   tensors.value.equal(torch::full({3}, static_cast<float>(rank)))
+                               ? "1"
+                               : "0");
     return 0;
   }
 
@@ -395,6 +442,165 @@ int Run() {
     Put("steps", Join(*listed));
     return 0;
   }
+  if (scenario == "elastic") {
+    // A data-parallel job whose data order comes from a sampler in
+    // distributed mode (TrainingState::extra). --phase capture: steps
+    // 1..--steps captured at this world size (the loop that waits for the
+    // previous handle), each rank's state at the last step dumped into
+    // --dumps. --phase restore: the latest step restored at this world size
+    // and every restored tensor compared bitwise with what the --captured
+    // ranks dumped; then three more steps trained and captured, and the rest
+    // of the sampler's epoch taken.
+    constexpr size_t kSamples = 50;
+    Job job(group, sharded);
+    trainsnap::ResumableSampler sampler(kSamples, 99);
+    Status distributed = sampler.Distribute(rank, world);
+    if (!distributed.ok()) Fail("distribute", distributed);
+    sampler.reset();
+    std::string taken;
+    auto take = [&] {
+      auto indices = sampler.next(2);
+      if (!indices.has_value()) return false;
+      Status consumed = sampler.BatchConsumed();
+      if (!consumed.ok()) Fail("batch consumed", consumed);
+      for (size_t i : *indices) taken += (taken.empty() ? "" : ",") + std::to_string(i);
+      return true;
+    };
+    TrainingState state = job.State();
+    state.extra["sampler"] = &sampler;
+    auto checkpointer = OpenOrFail(group, options);
+    const std::string dumps = Flag("dumps");
+    auto dump = [&] {
+      StateDump d = job.NamedDump();
+      d["sampler"] = sampler.SaveState();
+      return d;
+    };
+    if (Flag("phase") == "capture") {
+      trainsnap::CaptureHandle previous;
+      const int64_t steps = IntFlag("steps", 3);
+      for (int64_t step = 1; step <= steps; ++step) {
+        job.Step(step);
+        take();
+        if (step > 1) {
+          Status settled = previous.Wait();
+          if (!settled.ok()) Fail("previous capture", settled);
+        }
+        auto handle = checkpointer->CaptureAsync(step, state);
+        if (!handle.ok()) Fail("capture", handle.status());
+        previous = *handle;
+      }
+      Status flushed = checkpointer->Flush();
+      if (!flushed.ok()) Fail("flush", flushed);
+      std::ofstream(dumps + "/captured-" + std::to_string(rank), std::ios::binary) << EncodeDump(dump());
+      Put("taken", taken);
+      return 0;
+    }
+    const StateDump before = dump();
+    auto latest = checkpointer->RestoreLatest(state);
+    PutStatus("restore_", latest.status());
+    if (!latest.ok()) {
+      Put("unchanged", trainsnap::dist_test::FirstDifference(before, dump()).empty() ? "1" : "0");
+      std::fflush(nullptr);
+      std::_Exit(0);  // a rank may have died: the group's destructor would wait for it
+    }
+    Put("restored_step", std::to_string(*latest));
+    // What each restored tensor must be: replicated state as any captured
+    // rank had it, optimizer state from whichever rank held the parameter,
+    // gradients and the sampler from the home rank, the RNG of a rank that
+    // did not exist derived by the documented rule.
+    const int captured = static_cast<int>(IntFlag("captured", world));
+    std::vector<StateDump> at_capture(static_cast<size_t>(captured));
+    for (int r = 0; r < captured; ++r) {
+      std::ifstream in(dumps + "/captured-" + std::to_string(r), std::ios::binary);
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      if (!trainsnap::dist_test::DecodeDump(bytes.str(), &at_capture[static_cast<size_t>(r)])) {
+        Fail("dump", Status::Corruption("dump of rank " + std::to_string(r)));
+      }
+    }
+    const int home = rank < captured ? rank : rank % captured;
+    StateDump expected;
+    for (const auto& [key, value] : at_capture[0]) {
+      if (key.rfind("param/", 0) == 0) expected[key] = value;
+    }
+    for (const auto& [key, value] : at_capture[static_cast<size_t>(home)]) {
+      if (key.rfind("grad/", 0) == 0 || key == "sampler") expected[key] = value;
+    }
+    for (const auto& group_params : job.optimizer->param_groups()) {
+      for (const torch::Tensor& param : group_params.params()) {
+        std::string name;
+        for (const auto& item : job.net->named_parameters()) {
+          if (item.value().is_same(param)) name = item.key();
+        }
+        for (const StateDump& d : at_capture) {
+          if (!d.count("opt/" + name + "/step")) continue;
+          for (const char* part : {"/step", "/exp_avg", "/exp_avg_sq"})
+            expected["opt/" + name + part] = d.at("opt/" + name + part);
+        }
+      }
+    }
+    const std::string& home_rng = at_capture[static_cast<size_t>(home)].at("rng/cpu");
+    if (rank < captured) {
+      expected["rng/cpu"] = home_rng;
+    } else {
+      at::Generator derived = at::make_generator<at::CPUGeneratorImpl>();
+      derived.set_current_seed(XXH3_64bits_withSeed(home_rng.data(), home_rng.size(), static_cast<uint64_t>(rank)));
+      torch::Tensor bytes = derived.get_state();
+      expected["rng/cpu"] = std::string(static_cast<const char*>(bytes.data_ptr()), bytes.nbytes());
+    }
+    const std::string difference = trainsnap::dist_test::FirstDifference(expected, dump());
+    Put("first_difference", difference.empty() ? "-" : difference);
+    Put("compared", std::to_string(expected.size()));
+    // Training goes on at this world size; then the rest of the epoch.
+    sampler.reset();  // as a DataLoader's begin() does: resumes the loaded position
+    for (int64_t step = *latest + 1; step <= *latest + 3; ++step) {
+      job.Step(step);
+      take();
+      Status captured_again = checkpointer->Capture(step, state);
+      if (!captured_again.ok()) Fail("capture after the restore", captured_again);
+    }
+    while (take()) {
+    }
+    Put("taken", taken);
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    return 0;
+  }
+
+  if (scenario == "stop") {
+    // A CaptureAsync per step, its handle dropped; after step --bad_step,
+    // rank --bad's replica of l1.weight drifts. The replica check (on by
+    // default) fails that step on every rank, and the next CaptureAsync
+    // returns that error on every rank: the loop stops there everywhere.
+    const int bad = static_cast<int>(IntFlag("bad", 1));
+    const int64_t bad_step = IntFlag("bad_step", 4);
+    Job job(group, false);
+    auto checkpointer = OpenOrFail(group, options);
+    int64_t stopped = -1;
+    Status error;
+    for (int64_t step = 1; step <= 8; ++step) {
+      job.Step(step);
+      if (step == bad_step && rank == bad) {
+        torch::NoGradGuard no_grad;
+        job.net->l1->weight.view(-1)[3].add_(1e-3);
+      }
+      auto handle = checkpointer->CaptureAsync(step, job.State());
+      if (!handle.ok()) {
+        stopped = step;
+        error = handle.status();
+        break;
+      }
+    }
+    Put("stopped_at", std::to_string(stopped));
+    PutStatus("stop_", error);
+    PutStatus("flush_", checkpointer->Flush());
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("steps", Join(*listed));
+    return 0;
+  }
+
   std::fprintf(stderr, "unknown scenario `%s`\n", scenario.c_str());
   return 2;
 }

@@ -1,6 +1,8 @@
 #include "distributed/dist_rig.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 namespace trainsnap::dist_test {
@@ -106,6 +108,63 @@ std::string Job::Dump() {
   }
   Append(&out, at::detail::getDefaultCPUGenerator().get_state());
   return out;
+}
+
+StateDump Job::NamedDump() {
+  StateDump dump;
+  auto bytes = [](const torch::Tensor& t) {
+    std::string out;
+    if (t.defined()) Append(&out, t);
+    return out;
+  };
+  for (const auto& item : net->named_parameters()) {
+    dump["param/" + item.key()] = bytes(item.value());
+    dump["grad/" + item.key()] = bytes(item.value().grad());
+    auto it = optimizer->state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
+    if (it == optimizer->state().end()) continue;
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    dump["opt/" + item.key() + "/step"] = std::to_string(s.step());
+    dump["opt/" + item.key() + "/exp_avg"] = bytes(s.exp_avg());
+    dump["opt/" + item.key() + "/exp_avg_sq"] = bytes(s.exp_avg_sq());
+  }
+  dump["rng/cpu"] = bytes(at::detail::getDefaultCPUGenerator().get_state());
+  return dump;
+}
+
+std::string EncodeDump(const StateDump& dump) {
+  std::string out;
+  for (const auto& [key, value] : dump) {
+    const uint64_t sizes[2] = {key.size(), value.size()};
+    out.append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
+    out += key;
+    out += value;
+  }
+  return out;
+}
+
+bool DecodeDump(const std::string& bytes, StateDump* dump) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint64_t sizes[2];
+    if (bytes.size() - at < sizeof(sizes)) return false;
+    std::memcpy(sizes, bytes.data() + at, sizeof(sizes));
+    at += sizeof(sizes);
+    if (sizes[0] > bytes.size() - at || sizes[1] > bytes.size() - at - sizes[0]) return false;
+    (*dump)[bytes.substr(at, sizes[0])] = bytes.substr(at + sizes[0], sizes[1]);
+    at += sizes[0] + sizes[1];
+  }
+  return true;
+}
+
+std::string FirstDifference(const StateDump& expected, const StateDump& actual) {
+  for (const auto& [key, value] : expected) {
+    auto it = actual.find(key);
+    if (it == actual.end() || it->second != value) return key;
+  }
+  for (const auto& [key, value] : actual) {
+    if (!expected.count(key)) return key;
+  }
+  return "";
 }
 
 }  // namespace trainsnap::dist_test

@@ -6,18 +6,29 @@
 // store is opened.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/torch.h>
+#include <vector>
 
 #include "trainsnap/distributed.h"
 
 namespace trainsnap::dist_test {
+
+// A rank's training state by name, as raw bytes: "param/<name>",
+// "grad/<name>", "opt/<name>/step", "opt/<name>/exp_avg",
+// "opt/<name>/exp_avg_sq" (for the parameters this rank's optimizer holds
+// state of) and "rng/cpu".
+using StateDump = std::map<std::string, std::string>;
+std::string EncodeDump(const StateDump& dump);
+bool DecodeDump(const std::string& bytes, StateDump* dump);
+// The first key whose bytes differ (or that only one side has); "" when equal.
+std::string FirstDifference(const StateDump& expected, const StateDump& actual);
 
 // FileStore rendezvous at `file` + a Gloo group bound to 127.0.0.1.
 c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const std::string& file, int rank, int world,
@@ -46,6 +57,8 @@ class Job {
   // Every parameter, the optimizer state this rank holds and the CPU RNG
   // state, as raw bytes: equal dumps = bitwise equal training states.
   std::string Dump();
+  // The same and the gradients, by name.
+  StateDump NamedDump();
 
   Net net{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer;

@@ -131,6 +131,54 @@ TEST_F(RunDirListTest, DamagedGlobalRecordIsCorruptionExitCode3) {
 namespace trainsnap::internal {
 namespace {
 
+StoreOptions RunStoreOptions() {
+  StoreOptions options;
+  options.reserve_bytes = 0;
+  options.sync = false;
+  return options;
+}
+
+// Rank `r`'s snapshot of `step`: one small tensor, some bytes shared with
+// its other steps.
+void WriteRankSnapshot(Store& rank, int r, int64_t step) {
+  std::vector<float> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(r * 100000 + step * (i % 7 == 0) + i);
+  TensorView view;
+  view.param_id = 42;
+  view.role = "param";
+  view.dtype = DType::kFloat32;
+  view.shape = {4096};
+  view.data = values.data();
+  view.size_bytes = values.size() * sizeof(float);
+  auto writer = rank.BeginSnapshot(step);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->AddTensor(view).ok());
+  (*writer)->SetManifest("rank " + std::to_string(r));
+  ASSERT_TRUE((*writer)->Commit().ok());
+}
+
+void WriteGlobalRecord(Store& global, int64_t step, int world) {
+  GlobalRecord record;
+  record.world_size = world;
+  record.ranks.resize(static_cast<size_t>(world));
+  auto writer = global.BeginSnapshot(step);
+  ASSERT_TRUE(writer.ok());
+  (*writer)->SetManifest(EncodeGlobalRecord(record));
+  ASSERT_TRUE((*writer)->Commit().ok());
+}
+
+std::vector<int64_t> StepsAt(const std::string& path) {
+  auto store = Store::OpenReadOnly(path);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return {};
+  auto list = (*store)->List();
+  std::vector<int64_t> steps;
+  if (list.ok()) {
+    for (const SnapshotInfo& info : *list) steps.push_back(info.step);
+  }
+  return steps;
+}
+
 // A synthetic run of 3 ranks (store API only): global steps 1-5, every rank
 // holding each of them (one small tensor per rank and step, some bytes
 // shared between steps), and rank 2 also holding step 6, which never became
@@ -142,54 +190,18 @@ class RunDirMutationTest : public ::testing::Test {
   void SetUp() override {
     dir_.emplace();
     run_ = dir_->path();
-    StoreOptions options;
-    options.reserve_bytes = 0;
-    options.sync = false;
-    auto global = Store::Open(GlobalStorePath(run_), options);
+    auto global = Store::Open(GlobalStorePath(run_), RunStoreOptions());
     ASSERT_TRUE(global.ok()) << global.status().ToString();
     for (int r = 0; r < kRanks; ++r) {
-      auto rank = Store::Open(RankStorePath(run_, r), options);
+      auto rank = Store::Open(RankStorePath(run_, r), RunStoreOptions());
       ASSERT_TRUE(rank.ok()) << rank.status().ToString();
-      for (int64_t step = 1; step <= (r == 2 ? 6 : 5); ++step) {
-        std::vector<float> values(4096);
-        for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(r * 100000 + step * (i % 7 == 0) + i);
-        TensorView view;
-        view.param_id = 42;
-        view.role = "param";
-        view.dtype = DType::kFloat32;
-        view.shape = {4096};
-        view.data = values.data();
-        view.size_bytes = values.size() * sizeof(float);
-        auto writer = (*rank)->BeginSnapshot(step);
-        ASSERT_TRUE(writer.ok());
-        ASSERT_TRUE((*writer)->AddTensor(view).ok());
-        (*writer)->SetManifest("rank " + std::to_string(r));
-        ASSERT_TRUE((*writer)->Commit().ok());
-      }
+      for (int64_t step = 1; step <= (r == 2 ? 6 : 5); ++step) WriteRankSnapshot(**rank, r, step);
     }
-    for (int64_t step = 1; step <= 5; ++step) {
-      GlobalRecord record;
-      record.world_size = kRanks;
-      record.ranks.resize(kRanks);
-      auto writer = (*global)->BeginSnapshot(step);
-      ASSERT_TRUE(writer.ok());
-      (*writer)->SetManifest(EncodeGlobalRecord(record));
-      ASSERT_TRUE((*writer)->Commit().ok());
-    }
+    for (int64_t step = 1; step <= 5; ++step) WriteGlobalRecord(**global, step, kRanks);
   }
   void TearDown() override { dir_.reset(); }
 
-  static std::vector<int64_t> Steps(const std::string& path) {
-    auto store = Store::OpenReadOnly(path);
-    EXPECT_TRUE(store.ok()) << store.status().ToString();
-    if (!store.ok()) return {};
-    auto list = (*store)->List();
-    std::vector<int64_t> steps;
-    if (list.ok()) {
-      for (const SnapshotInfo& info : *list) steps.push_back(info.step);
-    }
-    return steps;
-  }
+  static std::vector<int64_t> Steps(const std::string& path) { return StepsAt(path); }
 
   // Consistent: every global step is in every rank's store, and `verify`
   // on the run directory says so (exit 0, "ok": true).
@@ -329,6 +341,70 @@ TEST_F(RunDirMutationTest, GcDeletesLocalSnapshotsOfStepsThatAreNotGlobal) {
   EXPECT_GT(doc["bytes_reclaimed"].get<uint64_t>(), 0u);
   EXPECT_EQ(Steps(RankStorePath(run_, 2)), (std::vector<int64_t>{1, 2, 3, 4, 5}));
   ExpectConsistent();
+}
+
+// A run resumed on fewer ranks (store API only): global steps 1-3 taken by 3
+// ranks, 4-5 by 2; rank store 2 holds steps 1-3, and a stale snapshot of
+// step 5 (a step its rank did not take: garbage).
+class RunDirResizedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.emplace();
+    run_ = dir_->path();
+    auto global = Store::Open(GlobalStorePath(run_), RunStoreOptions());
+    ASSERT_TRUE(global.ok()) << global.status().ToString();
+    for (int r = 0; r < 3; ++r) {
+      auto rank = Store::Open(RankStorePath(run_, r), RunStoreOptions());
+      ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+      for (int64_t step = 1; step <= 5; ++step) {
+        if (r < 2 || step <= 3 || step == 5) WriteRankSnapshot(**rank, r, step);
+      }
+    }
+    for (int64_t step = 1; step <= 5; ++step) WriteGlobalRecord(**global, step, step <= 3 ? 3 : 2);
+  }
+  void TearDown() override { dir_.reset(); }
+  std::optional<testing::TempDir> dir_;
+  std::string run_;
+};
+
+TEST_F(RunDirResizedTest, VerifyChecksEachStepInTheRankStoresOfItsWorldSize) {
+  CliResult ok = RunCli("verify " + run_ + " --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  nlohmann::json doc = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(doc["global_steps"], nlohmann::json({1, 2, 3, 4, 5}));
+  EXPECT_EQ(doc["ranks"][2]["not_global_steps"], nlohmann::json({5}));
+  EXPECT_EQ(doc["ranks"][1]["not_global_steps"], nlohmann::json::array());
+  // Rank 1 took step 4: losing it is Corruption naming the rank and step.
+  {
+    auto rank = Store::Open(RankStorePath(run_, 1), RunStoreOptions());
+    ASSERT_TRUE(rank.ok());
+    ASSERT_TRUE((*rank)->Delete(4).ok());
+  }
+  CliResult bad = RunCli("verify " + run_ + " --json");
+  EXPECT_EQ(bad.exit_code, 3) << bad.out;
+  nlohmann::json problems = nlohmann::json::parse(bad.out.substr(0, bad.out.rfind('}') + 1))["problems"];
+  ASSERT_EQ(problems.size(), 1u) << bad.out;
+  EXPECT_EQ(problems[0]["store"], "rank-00001");
+  EXPECT_EQ(problems[0]["step"], 4);
+}
+
+TEST_F(RunDirResizedTest, PruneAndGcDeleteFromTheRankStoresOfEachStep) {
+  CliResult pruned = RunCli("prune " + run_ + " --keep-last 2");
+  ASSERT_EQ(pruned.exit_code, 0) << pruned.out;
+  EXPECT_EQ(StepsAt(GlobalStorePath(run_)), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(StepsAt(RankStorePath(run_, 0)), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(StepsAt(RankStorePath(run_, 1)), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(StepsAt(RankStorePath(run_, 2)), (std::vector<int64_t>{}));  // steps 1-3 dropped, stale 5 garbage
+  CliResult verify = RunCli("verify " + run_ + " --json");
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+}
+
+TEST_F(RunDirResizedTest, GcDeletesSnapshotsOfStepsTheirRankDidNotTake) {
+  CliResult gc = RunCli("gc " + run_ + " --json");
+  ASSERT_EQ(gc.exit_code, 0) << gc.out;
+  EXPECT_EQ(nlohmann::json::parse(gc.out)["local_only_deleted"], nlohmann::json::parse("[[], [], [5]]"));
+  EXPECT_EQ(StepsAt(RankStorePath(run_, 2)), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(StepsAt(GlobalStorePath(run_)), (std::vector<int64_t>{1, 2, 3, 4, 5}));
 }
 
 }  // namespace

@@ -322,5 +322,65 @@ TEST(RestoreSnapshotTest, ViewAtStorageOffsetZeroRoundTrips) {
   EXPECT_EQ(FirstDifference(Fingerprint(state), Fingerprint(target_state)), "");
 }
 
+// The two phases: PrepareRestore writes no tensor but loads the extras;
+// Abandon gives them their previous state back, Apply writes the rest.
+class TwoPhaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Rig reference(Opt::kAdamW);
+    for (int i = 0; i < 7; ++i) reference.MicroStep();
+    ASSERT_TRUE(Checkpointer(*ts_.store).Capture(7, reference.State()).ok());
+    expected_ = Fingerprint(reference.State());
+    for (int i = 0; i < 4; ++i) target_.MicroStep();
+    before_ = Fingerprint(target_.State());
+  }
+  Result<std::unique_ptr<internal::PreparedRestore>> Prepare() {
+    return internal::PrepareRestore(*ts_.store, 7, target_.State(), RestoreOptions{}, "", base_, nullptr);
+  }
+  TempStore ts_;
+  Rig target_{Opt::kAdamW};
+  internal::BaseIdentityBuilder base_;
+  std::map<std::string, torch::Tensor> expected_, before_;
+};
+
+TEST_F(TwoPhaseTest, PrepareLoadsOnlyTheExtrasAndAbandonGivesThemBack) {
+  auto prepared = Prepare();
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_EQ(target_.cursor.position, 7);  // the extra state accepted its bytes
+  auto after_prepare = Fingerprint(target_.State());
+  after_prepare.erase("extra#cursor");
+  auto unchanged = before_;
+  unchanged.erase("extra#cursor");
+  EXPECT_EQ(FirstDifference(unchanged, after_prepare), "");  // no tensor, window or RNG written
+  EXPECT_TRUE((*prepared)->Abandon().ok());
+  EXPECT_EQ(FirstDifference(before_, Fingerprint(target_.State())), "");
+  EXPECT_TRUE((*prepared)->Apply().ok());  // after Abandon: nothing
+  EXPECT_EQ(FirstDifference(before_, Fingerprint(target_.State())), "");
+}
+
+TEST_F(TwoPhaseTest, ApplyWritesTheSnapshotAndDestroyingUnappliedAbandons) {
+  {
+    auto dropped = Prepare();
+    ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  }
+  EXPECT_EQ(FirstDifference(before_, Fingerprint(target_.State())), "");
+  auto prepared = Prepare();
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_TRUE((*prepared)->Apply().ok());
+  EXPECT_EQ(FirstDifference(expected_, Fingerprint(target_.State())), "");
+  EXPECT_TRUE((*prepared)->Abandon().ok());  // after Apply: nothing
+  EXPECT_EQ(FirstDifference(expected_, Fingerprint(target_.State())), "");
+}
+
+TEST_F(TwoPhaseTest, AnExtraThatRefusesToGoBackMakesAbandonAborted) {
+  auto prepared = Prepare();
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  target_.cursor.refuse = true;
+  Status undone = (*prepared)->Abandon();
+  EXPECT_EQ(undone.code(), StatusCode::kAborted);
+  EXPECT_EQ(undone.message(),
+            "; restoring `cursor` to its previous state failed: InvalidArgument: cursor refuses to load");
+}
+
 }  // namespace
 }  // namespace trainsnap
