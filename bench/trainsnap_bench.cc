@@ -46,6 +46,9 @@ double SecondsSince(Clock::time_point start) {
 
 struct BenchOptions {
   int64_t snapshots = 50;
+  // CheckpointerOptions::overhead_budget of the loop-overhead pass only (the
+  // measured pass waits for every snapshot); 0 = off.
+  double overhead_budget = 0;
   std::vector<std::string> workloads = {"lora", "dense", "bf16"};
   std::string dir = "/tmp/trainsnap_bench";
   std::string json_path;
@@ -92,6 +95,7 @@ struct WorkloadResult {
   std::vector<Sample> samples;
   double loop_without_s = 0;  // K steps, no snapshots
   double loop_with_s = 0;     // K steps, CaptureAsync after each, Flush at the end
+  int64_t loop_committed = 0;  // of those K captures, the ones overhead_budget did not skip
   double memcpy_s = 0;
   DiskUsageBytes store_du;
   double restore_first_s = 0, restore_last_s = 0;
@@ -330,16 +334,21 @@ Result<WorkloadResult> RunWorkload(const BenchOptions& opt, const WorkloadConfig
     const std::string overhead_path = (dir / "store_overhead").string();
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> overhead_store, Store::Open(overhead_path, store_options));
     auto ow = Workload::Create(config, /*init_seed=*/1);
-    Checkpointer checkpointer(*overhead_store, ckpt_options);
+    CheckpointerOptions budgeted = ckpt_options;
+    budgeted.overhead_budget = opt.overhead_budget;
+    TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
+                               Checkpointer::Open(*overhead_store, budgeted));
     auto start = Clock::now();
     for (int64_t i = 1; i <= opt.snapshots; ++i) {
       ow->Step(i);
-      Result<CaptureHandle> handle = checkpointer.CaptureAsync(i, StateOf(*ow));
+      Result<CaptureHandle> handle = checkpointer->CaptureAsync(i, StateOf(*ow));
       if (!handle.ok()) return handle.status().WithContext(res.name + ": overhead pass, step " + std::to_string(i));
+      if (!handle->skipped()) ++res.loop_committed;
       std::cerr << "\r" << res.name << ": overhead pass " << i << "/" << opt.snapshots << std::flush;
     }
-    TRAINSNAP_RETURN_IF_ERROR(checkpointer.Flush().WithContext(res.name + ": overhead pass"));
+    TRAINSNAP_RETURN_IF_ERROR(checkpointer->Flush().WithContext(res.name + ": overhead pass"));
     res.loop_with_s = SecondsSince(start);
+    checkpointer.reset();
     std::cerr << "\n";
     overhead_store.reset();
     fs::remove_all(overhead_path, ec);
@@ -517,6 +526,7 @@ json ResultJson(const WorkloadResult& r) {
        {{"without_capture_s", r.loop_without_s},
         {"with_capture_s", r.loop_with_s},
         {"overhead_pct", overhead_pct},
+        {"snapshots_committed", r.loop_committed},
         {"persist_vs_step_pct", persist_vs_step_pct},
         {"step_median_s", Median(Collect(s, [&](const Sample& x) { return opt(x.step_s); }))}}},
       {"targets",
@@ -594,7 +604,8 @@ void PrintTable(const json& results) {
     o << "  loop of K steps           " << Fmt("%.2f s", l["without_capture_s"].get<double>()) << " without, "
       << Fmt("%.2f s", l["with_capture_s"].get<double>()) << " with capture -> overhead "
       << Fmt("%+.1f%%", l["overhead_pct"].get<double>()) << " (persist time / step time, not overlapped: "
-      << Fmt("%.1f%%", l["persist_vs_step_pct"].get<double>()) << ")\n";
+      << Fmt("%.1f%%", l["persist_vs_step_pct"].get<double>()) << "), "
+      << l["snapshots_committed"].get<int64_t>() << " snapshots committed\n";
     o << "  issue-6 targets           ";
     for (const auto& [name, t] : w["targets"].items()) {
       o << name << " " << Fmt("%.3g", t["value"].get<double>()) << (t["met"].get<bool>() ? " (met) " : " (not met) ");
@@ -694,6 +705,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-compress", opt.no_compress, "store chunks raw (StoreOptions::compress = false)");
   app.add_option("--worker-nice", opt.worker_nice, "StoreOptions::worker_nice (0 = normal priority)")
       ->check(CLI::Range(0, 19));
+  app.add_option("--overhead-budget", opt.overhead_budget,
+                 "CheckpointerOptions::overhead_budget of the loop-overhead pass (0 = off, every capture commits)")
+      ->check(CLI::Range(0.0, 0.999));
   app.add_option("--reps", opt.reps, "repetitions of each restore / torch::load timing (median)")->check(CLI::PositiveNumber);
   app.add_option("--full-peer-every", opt.full_peer_every,
                  "LoRA: torch::save the full model at every N-th snapshot (and the first and last)");
@@ -779,6 +793,7 @@ int Main(int argc, char** argv) {
              {"compress", !opt.no_compress},
              {"worker_nice", opt.worker_nice},
              {"reps", opt.reps},
+             {"overhead_budget", opt.overhead_budget},
              {"full_peer_every", opt.full_peer_every},
              {"lora_model_state", opt.lora_model_state},
              {"cold", opt.cold},

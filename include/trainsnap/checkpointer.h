@@ -179,6 +179,14 @@ struct CheckpointerOptions {
   // Per-tensor placement over several stores (TensorPlacement); null = every
   // tensor is stored here. Not owned; must outlive the Checkpointer.
   TensorPlacement* placement = nullptr;
+  // The largest fraction of the training thread's wall time that captures may
+  // take (CaptureAsync's staging, stalls and back-pressure waits), e.g. 0.02.
+  // CaptureAsync skips a capture that would exceed it (predicted from the
+  // recent captures' cost), and one that would wait at max_captures_in_flight;
+  // the first capture always runs. A skip is not an error: the handle is
+  // complete, skipped() is true. Default 0 = off (never skips). Negative, NaN
+  // or >= 1: Open returns InvalidArgument. See README.md, "Overhead budget".
+  double overhead_budget = 0;
 };
 
 // Figures of a Checkpointer's pipeline: staging memory and lag. Cheap to read
@@ -197,6 +205,10 @@ struct PipelineStats {
   uint64_t staging_allocations = 0;   // fresh buffers
   uint64_t staging_reuses = 0;        // buffers reused from earlier captures
   uint64_t staging_waits = 0;         // stagings that waited for memory (back-pressure)
+  uint64_t captures_skipped = 0;      // CaptureAsync calls skipped by overhead_budget
+  // Last committed step minus the step committed before it (how far apart
+  // the budget lets commits fall); nullopt before the second commit.
+  std::optional<int64_t> steps_between_last_commits;
 };
 
 namespace internal {
@@ -217,6 +229,9 @@ class CaptureHandle {
   // True once Wait would not block.
   bool Ready() const;
   int64_t step() const;
+  // True if CheckpointerOptions::overhead_budget skipped this capture: nothing
+  // was staged or stored, the handle is complete and Wait returns OK.
+  bool skipped() const;
 
  private:
   std::shared_ptr<internal::CaptureState> state_;
@@ -262,6 +277,10 @@ struct RestoreOptions {
 // the models' tensors between calls.
 class Checkpointer {
  public:
+  // InvalidArgument for options out of range (overhead_budget), naming it.
+  static Result<std::unique_ptr<Checkpointer>> Open(Store& store, CheckpointerOptions options = {});
+  // As Open, for options known valid; with invalid ones, every capture
+  // fails with Open's InvalidArgument.
   explicit Checkpointer(Store& store, CheckpointerOptions options = {});
   ~Checkpointer();  // waits for the captures in flight (Flush)
   Checkpointer(const Checkpointer&) = delete;

@@ -304,7 +304,7 @@ Gradients ParseGradients(const std::string& name) {
 
 CheckpointerOptions MakeCheckpointerOptions(const std::string& model_state, const std::string& gradients,
                                             const std::string& base_label, bool hash_base_content,
-                                            int max_captures_in_flight) {
+                                            int max_captures_in_flight, double overhead_budget = 0) {
   CheckpointerOptions options;
   options.model_state = ParseModelState(model_state);
   options.gradients = ParseGradients(gradients);
@@ -312,6 +312,7 @@ CheckpointerOptions MakeCheckpointerOptions(const std::string& model_state, cons
   options.hash_base_content = hash_base_content;
   if (max_captures_in_flight < 0) Raise(Status::InvalidArgument("max_captures_in_flight must be >= 0"));
   options.max_captures_in_flight = max_captures_in_flight;
+  options.overhead_budget = overhead_budget;
   return options;
 }
 
@@ -395,8 +396,12 @@ class PyCheckpointer {
   PyCheckpointer(std::shared_ptr<PyStore> store, CheckpointerOptions options) : store_(std::move(store)) {
     std::shared_ptr<Store> cpp_store = store_->AddUser();
     Store& ref = *cpp_store;
-    checkpointer_ = std::shared_ptr<Checkpointer>(new Checkpointer(ref, std::move(options)),
-                                                  [cpp_store](Checkpointer* c) { delete c; });
+    Result<std::unique_ptr<Checkpointer>> opened = Checkpointer::Open(ref, std::move(options));
+    if (!opened.ok()) {
+      store_->RemoveUser();
+      Raise(opened.status());
+    }
+    checkpointer_ = std::shared_ptr<Checkpointer>(opened->release(), [cpp_store](Checkpointer* c) { delete c; });
   }
   ~PyCheckpointer() {
     if (owner_.here()) {
@@ -662,7 +667,8 @@ PYBIND11_MODULE(_trainsnap, m) {
       .def("wait_status", [](const CaptureHandle& h) { return ErrorOf(WithoutGil([&] { return h.Wait(); })); },
            "Blocks until the snapshot committed or failed; its error as an exception object, or None.")
       .def("ready", &CaptureHandle::Ready)
-      .def_property_readonly("step", &CaptureHandle::step);
+      .def_property_readonly("step", &CaptureHandle::step)
+      .def_property_readonly("skipped", &CaptureHandle::skipped);
 
   py::class_<PyStore, std::shared_ptr<PyStore>>(m, "_Store")
       .def(py::init([](const std::string& path, bool compress, int64_t keep_last, bool sync, int threads) {
@@ -757,10 +763,11 @@ PYBIND11_MODULE(_trainsnap, m) {
 
   py::class_<PyCheckpointer>(m, "_Checkpointer")
       .def(py::init([](std::shared_ptr<PyStore> store, const std::string& model_state, const std::string& gradients,
-                       const std::string& base_label, bool hash_base_content, int max_captures_in_flight) {
-             return std::make_unique<PyCheckpointer>(std::move(store),
-                                                     MakeCheckpointerOptions(model_state, gradients, base_label,
-                                                                             hash_base_content, max_captures_in_flight));
+                       const std::string& base_label, bool hash_base_content, int max_captures_in_flight,
+                       double overhead_budget) {
+             return std::make_unique<PyCheckpointer>(
+                 std::move(store), MakeCheckpointerOptions(model_state, gradients, base_label, hash_base_content,
+                                                           max_captures_in_flight, overhead_budget));
            }))
       .def("close", &PyCheckpointer::Close)
       .def("capture_async", &PyCheckpointer::CaptureAsync, py::arg("step"), py::arg("models"), py::arg("adapters"),
@@ -782,6 +789,8 @@ PYBIND11_MODULE(_trainsnap, m) {
         d["last_committed_step"] = s.last_committed_step;
         d["captures_in_flight"] = s.captures_in_flight;
         d["capture_waits"] = s.capture_waits;
+        d["captures_skipped"] = s.captures_skipped;
+        d["steps_between_last_commits"] = s.steps_between_last_commits;
         d["staging_peak_bytes"] = s.staging_peak_bytes;
         return d;
       });

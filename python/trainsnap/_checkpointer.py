@@ -26,6 +26,12 @@ class Checkpointer(ReportsOnce):
     computed once and kept while their version counters do not move), so
     that adapters never restore onto another base of the same shapes.
 
+    overhead_budget: the largest fraction of the training thread's wall
+    time that captures may take (e.g. 0.02); capture_async skips a capture
+    that would exceed it, or that would wait for max_captures_in_flight,
+    and returns a handle that is already done with `skipped` True (not an
+    error). 0 (the default) = off. Negative, NaN or >= 1: InvalidArgument.
+
     model=, optimizer= and scheduler= take one object, a list, or a dict of
     name -> object (see docs/python.md). Thread-compatible: one training
     thread drives it. Used in a process forked from the one that created it,
@@ -33,12 +39,12 @@ class Checkpointer(ReportsOnce):
     """
 
     def __init__(self, store, model_state="trainable_and_buffers", gradients="auto", base_label="",
-                 hash_base_content=True, max_captures_in_flight=4):
+                 hash_base_content=True, max_captures_in_flight=4, overhead_budget=0.0):
         if not isinstance(store, Store):
             raise TypeError("Checkpointer(store): a trainsnap.Store")
         self.store = store
         self._impl = _Checkpointer(store._impl, model_state, gradients, base_label, bool(hash_base_content),
-                                   max_captures_in_flight)
+                                   max_captures_in_flight, float(overhead_budget))
         self._handles = Handles()
         store._checkpointers.add(self)
 
@@ -94,6 +100,9 @@ class Checkpointer(ReportsOnce):
         return self.restore(step, discard_later=True, **target)
 
     def pipeline_stats(self):
+        """A dict: last_committed_step, captures_in_flight, capture_waits,
+        captures_skipped (by overhead_budget), steps_between_last_commits
+        (None before the second commit) and staging_peak_bytes."""
         return self._impl.pipeline_stats()
 
     def close(self):

@@ -33,6 +33,12 @@ class CaptureHandle(concurrent.futures.Future):
     def step(self):
         return self._impl.step
 
+    @property
+    def skipped(self):
+        """True if the Checkpointer's overhead_budget skipped this capture:
+        nothing was stored, the handle is done and result() is None."""
+        return self._impl.skipped
+
     def _settle(self, block):
         """Completes the Future once the C++ capture is done (waiting for it
         when `block`, without the GIL). Idempotent."""

@@ -77,6 +77,22 @@ Status CapturePipeline::Admit(int64_t step) {
   return Status::OK();
 }
 
+Result<bool> CapturePipeline::TryAdmit(int64_t step) {
+  MutexLock lock(&mu_);
+  if (steps_in_flight_.count(step)) return Status::AlreadyExists("already in flight");
+  return max_in_flight_ == 0 || in_flight_ < max_in_flight_;
+}
+
+std::shared_ptr<CaptureState> CapturePipeline::Skipped(int64_t step) {
+  {
+    MutexLock lock(&mu_);
+    ++skipped_;
+  }
+  auto state = std::make_shared<CaptureState>(step, /*skipped=*/true);
+  state->Finish(Status::OK());
+  return state;
+}
+
 CapturePipeline::LagStats CapturePipeline::lag_stats() {
   MutexLock lock(&mu_);
   LagStats out;
@@ -84,6 +100,10 @@ CapturePipeline::LagStats CapturePipeline::lag_stats() {
   out.in_flight = in_flight_;
   out.max_in_flight = max_in_flight_;
   out.admit_waits = admit_waits_;
+  out.skipped = skipped_;
+  if (last_committed_step_.has_value() && previous_committed_step_.has_value()) {
+    out.steps_between_last_commits = *last_committed_step_ - *previous_committed_step_;
+  }
   return out;
 }
 
@@ -166,7 +186,10 @@ void CapturePipeline::Commit(Job& job) {
     // lag_stats(), and a capture of the same step is then refused by the
     // store (stored), not as "already in flight".
     MutexLock lock(&mu_);
-    if (status.ok()) last_committed_step_ = step;
+    if (status.ok()) {
+      previous_committed_step_ = last_committed_step_;
+      last_committed_step_ = step;
+    }
     steps_in_flight_.erase(steps_in_flight_.find(step));
   }
   job.state->Finish(status);

@@ -37,14 +37,17 @@ namespace trainsnap::internal {
 // The outcome of one capture in flight; shared by its handle and the pipeline.
 class CaptureState {
  public:
-  explicit CaptureState(int64_t step) : step_(step) {}
+  // skipped: a capture the overhead budget left out (already finished, OK).
+  explicit CaptureState(int64_t step, bool skipped = false) : step_(step), skipped_(skipped) {}
   int64_t step() const { return step_; }
+  bool skipped() const { return skipped_; }
   Status Wait() EXCLUDES(mu_);
   bool Ready() EXCLUDES(mu_);
   void Finish(Status status) EXCLUDES(mu_);
 
  private:
   const int64_t step_;
+  const bool skipped_;
   Mutex mu_;
   std::condition_variable cv_;  // done_ became true
   bool done_ GUARDED_BY(mu_) = false;
@@ -68,6 +71,12 @@ class CapturePipeline {
   // AlreadyExists when a submission of `step` is in flight; otherwise waits
   // until fewer than max_in_flight submissions are (back-pressure).
   Status Admit(int64_t step) EXCLUDES(mu_);
+  // Admit without the wait: false when max_in_flight submissions are in
+  // flight (not counted in admit_waits); AlreadyExists as Admit.
+  Result<bool> TryAdmit(int64_t step) EXCLUDES(mu_);
+  // A capture of `step` that the overhead budget skipped: a finished, OK
+  // state whose skipped() is true, counted in lag_stats().
+  std::shared_ptr<CaptureState> Skipped(int64_t step) EXCLUDES(mu_);
   // Encodes `staged` once every event in `ready` completed, then commits it
   // after every earlier submission. `on_done` runs on the commit strand with
   // the final status before the handle becomes ready.
@@ -86,6 +95,10 @@ class CapturePipeline {
     size_t in_flight = 0;
     size_t max_in_flight = 0;  // 0 = no bound
     uint64_t admit_waits = 0;  // Admit calls that waited for a slot
+    uint64_t skipped = 0;      // Skipped calls
+    // last_committed_step minus the step committed before it; nullopt
+    // before the second commit.
+    std::optional<int64_t> steps_between_last_commits;
   };
   LagStats lag_stats() EXCLUDES(mu_);
 
@@ -126,7 +139,9 @@ class CapturePipeline {
   std::multiset<int64_t> steps_in_flight_ GUARDED_BY(mu_);
   const size_t max_in_flight_;
   uint64_t admit_waits_ GUARDED_BY(mu_) = 0;
+  uint64_t skipped_ GUARDED_BY(mu_) = 0;
   std::optional<int64_t> last_committed_step_ GUARDED_BY(mu_);
+  std::optional<int64_t> previous_committed_step_ GUARDED_BY(mu_);  // committed before last_committed_step_
   Status first_error_ GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,6 @@
 #include "trainsnap/checkpointer.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "capture/stage.h"
 #include "capture/staging_scope.h"
 #include "checkpointer/checkpointer_internal.h"
+#include "checkpointer/overhead_budget.h"
 #include "restore/restore_snapshot.h"
 #include "torch/base_identity.h"
 #include "torch/contract_cache.h"
@@ -32,11 +34,15 @@ bool CaptureHandle::Ready() const { return state_ == nullptr || state_->Ready();
 
 int64_t CaptureHandle::step() const { return state_ ? state_->step() : 0; }
 
+bool CaptureHandle::skipped() const { return state_ != nullptr && state_->skipped(); }
+
 class Checkpointer::Impl {
  public:
   Impl(Store& store, CheckpointerOptions options)
       : store_(store),
         options_(std::move(options)),
+        valid_(internal::OverheadBudget::Validate(options_.overhead_budget)),
+        budget_(valid_.ok() ? options_.overhead_budget : 0),
         pipeline_(std::make_unique<internal::CapturePipeline>(
             store_,
             // 0 in the checkpointer's options defers to the store's
@@ -45,13 +51,33 @@ class Checkpointer::Impl {
             options_.max_staging_bytes != 0 ? options_.max_staging_bytes : store_.options().max_staging_bytes,
             options_.max_captures_in_flight)) {}
 
-  // Errors carry "capture step N"; admission and staging errors also count for Flush.
+  // Times the capture for the overhead budget, which may skip it instead.
   Result<CaptureHandle> CaptureAsync(int64_t step, const TrainingState& state) {
-    Status admitted = internal::ExceptionBoundary([&] { return Admit(step); }).WithContext(CaptureContext(step));
+    if (!valid_.ok()) {
+      Status invalid = valid_.WithContext(CaptureContext(step));
+      pipeline_->Failed(step, invalid);
+      return invalid;
+    }
+    const auto start = internal::OverheadBudget::Clock::now();
+    if (budget_.ShouldSkip(start)) return CaptureHandle(pipeline_->Skipped(step));
+    bool would_wait = false;
+    Result<CaptureHandle> handle = Run(step, state, &would_wait);
+    if (would_wait) return CaptureHandle(pipeline_->Skipped(step));
+    budget_.Record(start, internal::OverheadBudget::Clock::now());
+    return handle;
+  }
+
+  // Errors carry "capture step N"; admission and staging errors also count
+  // for Flush. With a budget, sets *would_wait and returns an empty handle
+  // instead of waiting at max_captures_in_flight.
+  Result<CaptureHandle> Run(int64_t step, const TrainingState& state, bool* would_wait) {
+    Status admitted =
+        internal::ExceptionBoundary([&] { return Admit(step, would_wait); }).WithContext(CaptureContext(step));
     if (!admitted.ok()) {
       pipeline_->Failed(step, admitted);
       return admitted;
     }
+    if (*would_wait) return CaptureHandle();
     internal::ChangeTracker* tracker = options_.skip_unchanged ? &tracker_ : nullptr;
     std::unique_ptr<internal::StagedSnapshot> staged;
     std::vector<std::shared_ptr<c10::Event>> ready;
@@ -81,8 +107,16 @@ class Checkpointer::Impl {
 
   // AlreadyExists for a step in flight or stored, known before anything is
   // staged (the commit would refuse it); then waits for a pipeline slot.
-  Status Admit(int64_t step) {
-    TRAINSNAP_RETURN_IF_ERROR(pipeline_->Admit(step));
+  Status Admit(int64_t step, bool* would_wait) {
+    if (budget_.enabled()) {
+      TRAINSNAP_ASSIGN_OR_RETURN(bool admitted, pipeline_->TryAdmit(step));
+      if (!admitted) {
+        *would_wait = true;
+        return Status::OK();
+      }
+    } else {
+      TRAINSNAP_RETURN_IF_ERROR(pipeline_->Admit(step));
+    }
     TRAINSNAP_ASSIGN_OR_RETURN(bool stored, store_.Contains(step));
     if (stored) {
       return Status::AlreadyExists(
@@ -137,6 +171,8 @@ class Checkpointer::Impl {
     out.captures_in_flight = lag.in_flight;
     out.max_captures_in_flight = lag.max_in_flight;
     out.capture_waits = lag.admit_waits;
+    out.captures_skipped = lag.skipped;
+    out.steps_between_last_commits = lag.steps_between_last_commits;
     return out;
   }
 
@@ -151,9 +187,17 @@ class Checkpointer::Impl {
   internal::ContractCache contracts_;
   // Unchanged-tensor detection across captures (CheckpointerOptions::skip_unchanged).
   internal::ChangeTracker tracker_;
+  // OverheadBudget::Validate of the options (Open's result).
+  const Status valid_;
+  internal::OverheadBudget budget_;
   // Last member: destroyed (flushed) first, while the tracker still lives.
   std::unique_ptr<internal::CapturePipeline> pipeline_;
 };
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(Store& store, CheckpointerOptions options) {
+  TRAINSNAP_RETURN_IF_ERROR(internal::OverheadBudget::Validate(options.overhead_budget));
+  return std::make_unique<Checkpointer>(store, std::move(options));
+}
 
 Checkpointer::Checkpointer(Store& store, CheckpointerOptions options)
     : impl_(std::make_unique<Impl>(store, std::move(options))) {}

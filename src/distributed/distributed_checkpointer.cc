@@ -257,6 +257,10 @@ class DistributedState {
 Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user_group) {
   if (!user_group) return Status::InvalidArgument("open " + run_dir_ + ": the process group is null");
   if (options_.timeout.count() <= 0) return Status::InvalidArgument("open " + run_dir_ + ": timeout must be positive");
+  // Each rank would decide alone, and a collective capture cannot be skipped on some ranks only.
+  if (options_.checkpointer.overhead_budget != 0) {
+    return Status::NotSupported("open " + run_dir_ + ": CheckpointerOptions::overhead_budget (ranks would skip alone)");
+  }
   std::error_code ec;
   std::filesystem::create_directories(run_dir_, ec);
   if (ec) return Status::IOError("open " + run_dir_ + ": cannot create the run directory: " + ec.message());

@@ -1,0 +1,46 @@
+#include "checkpointer/overhead_budget.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace trainsnap::internal {
+
+namespace {
+
+double Seconds(OverheadBudget::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Status OverheadBudget::Validate(double budget) {
+  if (budget == 0) return Status::OK();
+  if (std::isnan(budget) || budget < 0 || budget >= 1) {
+    std::ostringstream message;
+    message << "overhead_budget must be 0 (off) or a fraction in (0, 1), not " << budget;
+    return Status::InvalidArgument(message.str());
+  }
+  return Status::OK();
+}
+
+bool OverheadBudget::ShouldSkip(Clock::time_point now) const {
+  if (!enabled() || !first_start_.has_value()) return false;
+  // The denominator includes the predicted cost: once this capture is done,
+  // the wall time will have grown by it too. The first capture (the one that
+  // set first_start_) always ran, so elapsed + predicted > 0.
+  const double elapsed_s = Seconds(now - *first_start_);
+  const double total_s = elapsed_s + predicted_s_;
+  if (total_s <= 0) return false;
+  return (spent_s_ + predicted_s_) / total_s > budget_;
+}
+
+void OverheadBudget::Record(Clock::time_point start, Clock::time_point end) {
+  const double cost_s = Seconds(end - start);
+  if (!first_start_.has_value()) {
+    first_start_ = start;
+    predicted_s_ = cost_s;
+  } else {
+    predicted_s_ = kNewestWeight * cost_s + (1 - kNewestWeight) * predicted_s_;
+  }
+  spent_s_ += cost_s;
+}
+
+}  // namespace trainsnap::internal

@@ -1,0 +1,70 @@
+// OverheadBudget with exact time points: validation, the first capture, the
+// skip rule and the cost prediction.
+#include "checkpointer/overhead_budget.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+namespace trainsnap::internal {
+namespace {
+
+using Clock = OverheadBudget::Clock;
+using std::chrono::milliseconds;
+
+const Clock::time_point kT0 = Clock::time_point() + std::chrono::hours(1);
+
+TEST(OverheadBudgetTest, ValidateAcceptsZeroAndFractionsBelowOne) {
+  EXPECT_TRUE(OverheadBudget::Validate(0).ok());
+  EXPECT_TRUE(OverheadBudget::Validate(0.02).ok());
+  EXPECT_TRUE(OverheadBudget::Validate(0.999).ok());
+  for (double bad :
+       {-0.01, 1.0, 1.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    Status status = OverheadBudget::Validate(bad);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("overhead_budget"), std::string::npos) << status.ToString();
+  }
+}
+
+TEST(OverheadBudgetTest, OffNeverSkips) {
+  OverheadBudget budget(0);
+  EXPECT_FALSE(budget.enabled());
+  budget.Record(kT0, kT0 + milliseconds(100));
+  EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(101)));
+}
+
+TEST(OverheadBudgetTest, FirstCaptureRuns) {
+  OverheadBudget budget(0.01);
+  EXPECT_TRUE(budget.enabled());
+  EXPECT_FALSE(budget.ShouldSkip(kT0));
+  EXPECT_EQ(budget.predicted_seconds(), 0);
+}
+
+TEST(OverheadBudgetTest, SkipsUntilTheSpentAndPredictedCostFitInTheElapsedTime) {
+  OverheadBudget budget(0.1);
+  budget.Record(kT0, kT0 + milliseconds(10));
+  // (10 spent + 10 predicted) / (100 elapsed + 10) = 0.18 > 0.1.
+  EXPECT_TRUE(budget.ShouldSkip(kT0 + milliseconds(100)));
+  // 20 / (189 + 10) = 0.1005 > 0.1; 20 / (191 + 10) = 0.0995.
+  EXPECT_TRUE(budget.ShouldSkip(kT0 + milliseconds(189)));
+  EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(191)));
+  budget.Record(kT0 + milliseconds(191), kT0 + milliseconds(201));
+  // (20 + 10) / (300 + 10) = 0.097: fits; at 250, 30 / 260 = 0.115 does not.
+  EXPECT_TRUE(budget.ShouldSkip(kT0 + milliseconds(250)));
+  EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(300)));
+}
+
+TEST(OverheadBudgetTest, PredictionIsAnAverageWeightedTowardsTheNewestCost) {
+  OverheadBudget budget(0.5);
+  budget.Record(kT0, kT0 + milliseconds(10));
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.010);
+  budget.Record(kT0 + milliseconds(100), kT0 + milliseconds(130));
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.020);
+  budget.Record(kT0 + milliseconds(200), kT0 + milliseconds(220));
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.020);
+}
+
+}  // namespace
+}  // namespace trainsnap::internal
