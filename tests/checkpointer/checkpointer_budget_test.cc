@@ -16,7 +16,8 @@
 #include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
-namespace trainsnap {
+// Named, as the test sources are built in unity (shared anonymous namespace).
+namespace trainsnap::budget_test {
 namespace {
 
 using capture_test::BitwiseEqual;
@@ -216,4 +217,4 @@ TEST(CheckpointerBudgetTest, BackPressureBecomesASkip) {
 }
 
 }  // namespace
-}  // namespace trainsnap
+}  // namespace trainsnap::budget_test

@@ -8,7 +8,8 @@
 
 #include <gtest/gtest.h>
 
-namespace trainsnap::internal {
+// Named, as the test sources are built in unity (shared anonymous namespace).
+namespace trainsnap::internal::budget_test {
 namespace {
 
 using Clock = OverheadBudget::Clock;
@@ -67,4 +68,4 @@ TEST(OverheadBudgetTest, PredictionIsAnAverageWeightedTowardsTheNewestCost) {
 }
 
 }  // namespace
-}  // namespace trainsnap::internal
+}  // namespace trainsnap::internal::budget_test
