@@ -282,7 +282,7 @@ void BM_DeltaTrial(benchmark::State& state, const DeltaSet& set) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
 }
 
-// Small tensors (issue 18, item 4): the first `bytes` bytes of a delta pair,
+// Small tensors: the first `bytes` bytes of a delta pair,
 // i.e. a whole tensor of that size in one chunk. Counters are exact stored
 // sizes of the new version: `plain_bytes` (EncodeChunk: shuffle/split + Zstd,
 // or raw when Zstd saves < 3 %) and `delta_bytes` (EncodeDeltaChunk plus the

@@ -1,5 +1,5 @@
 // many_tensors_bench: capture, stall and restore of a state made of many
-// small tensors (issue 18, item 4), against torch::save / torch::load of the
+// small tensors, against torch::save / torch::load of the
 // same tensors in the same run. For each count N: one module with N
 // parameters of `floats` float32 each and an Adam optimizer after one step
 // (state: exp_avg, exp_avg_sq), so a snapshot holds 3N tensors.
@@ -11,7 +11,7 @@
 //   cpu      -- CPU time of capture and restore (all threads) and of the stall
 //               (calling thread): comparable on a machine shared with other work;
 //   new      -- SnapshotInfo::new_bytes of each CaptureAsync snapshot (chunk
-//               bytes it wrote: deltas against the previous one, issue 18 item 4).
+//               bytes it wrote: deltas against the previous one).
 // --settle-heap: before each timed call, one malloc/free of 4 KiB on the
 // calling thread (SettleHeap below), so that the figures are trainsnap's own
 // work and not glibc merging the chunks the training step just freed.

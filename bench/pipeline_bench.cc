@@ -1,5 +1,5 @@
 // pipeline_bench: the asynchronous capture pipeline in a training loop with a
-// snapshot after every optimizer step (issue 4). Prints medians of:
+// snapshot after every optimizer step. Prints medians of:
 //   stall   -- Checkpointer::CaptureAsync on the training thread, against one
 //              memcpy of the same bytes into a warm buffer;
 //   persist -- logical and stored MB/s of back-to-back captures until Flush,

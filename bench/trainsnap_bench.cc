@@ -1,5 +1,5 @@
-// trainsnap_bench: the end-to-end training-loop benchmark (issue 6, and the
-// pipeline measurements of issue 4). For each workload it runs K real
+// trainsnap_bench: the end-to-end training-loop benchmark, with the
+// pipeline's measurements. For each workload it runs K real
 // optimizer steps with a snapshot after each one and compares trainsnap with
 // peers measured in the same run: torch::save of the same state (full model +
 // optimizer, and trainable + optimizer only) and those bytes compressed with
@@ -535,7 +535,7 @@ json ResultJson(const WorkloadResult& r) {
         {"restore_last_vs_torch_load", TargetJson(Ratio(r.restore_last_s, r.load_last_s), 0.5)},
         {"stall_median_vs_memcpy", TargetJson(Ratio(stall_median, r.memcpy_s), 1.2)},
         {"loop_overhead_pct", TargetJson(std::max(overhead_pct, 1e-9), 2.0)}}},
-      // The data-path issue's goals (issue 14): warm restores within 1.1x
+      // The data path's goals: warm restores within 1.1x
       // (raw store) / 1.5x (default) of torch::load, cold ones 0.8x, persist
       // of a raw store at 0.7x a synced write, stall within 1.1x memcpy.
       {"data_path_targets",

@@ -61,13 +61,17 @@ struct StoreOptions {
   bool sync = true;
   // Worker threads for encoding and decoding chunks. 0 = hardware threads.
   int threads = 0;
-  // Nice value (0..19) added to the snapshot work's threads: the store's
-  // workers, a Checkpointer's pipeline on this store and (process-wide, via
-  // RocksDB's default Env) RocksDB's flush and compaction threads, which go
-  // to nice 19. Training then keeps its cores; encoding takes the CPU the
-  // loop leaves idle (bench/README.md, "Worker priority"). 0 = leave the
-  // priorities alone. Writable stores only.
+  // Nice value (0..19) added to trainsnap's own snapshot threads: the
+  // store's workers and a Checkpointer's pipeline on this store (per thread;
+  // no other thread of the process changes). Training then keeps its cores;
+  // encoding takes the CPU the loop leaves idle (bench/README.md, "Worker
+  // priority"). 0 = leave the priorities alone. Writable stores only.
   int worker_nice = 19;
+  // Also run RocksDB's flush and compaction threads at the lowest CPU
+  // priority (nice 19). Process-wide: those threads belong to RocksDB's
+  // default Env, shared by every RocksDB database in the process, and stay
+  // lowered after the store closes. Off by default; writable stores only.
+  bool lower_rocksdb_priority = false;
   // Upper bound on host staging memory for snapshots in flight, in bytes,
   // used by Checkpointers on this store whose own max_staging_bytes is 0.
   // 0 = 1 GiB. Capture waits (back-pressure) rather than exceeding it.

@@ -253,7 +253,7 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
       options.gradients == Gradients::kAlways ||
       (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
   // Each context is built on failure only: it was a heap string per
-  // parameter on the training thread (issue 18: linear scaling).
+  // parameter on the training thread (to scale linearly with the parameter count).
   auto named = [](Status status, const char* kind, const ContractEntry& entry) {
     return status.ok() ? status : status.WithContext(std::string(kind) + " `" + entry.names.front() + "`");
   };

@@ -72,8 +72,7 @@ class StagingArea {
   // twice") when the capture is encoded. Stage's walks cannot produce one
   // (IDs are unique in the contract, an optimizer's roles carry its key,
   // an extra's tensors are a map); a table of every pair, probed per tensor,
-  // was a cache miss each on the training thread at 50,000 parameters
-  // (issue 18).
+  // was a cache miss each on the training thread at 50,000 parameters.
   Status Add(uint64_t param_id, std::string role, const torch::Tensor& tensor,
              std::shared_ptr<const std::string> name = nullptr);
   // Stages an existing host copy (from CopyToHost) without copying again.

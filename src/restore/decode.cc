@@ -53,7 +53,7 @@ struct JoinKey {
 
 // For each wanted tensor, its record or null. A join of the two lists
 // sorted by key: a hash table of the records cost a node and a string per
-// record, and at 150,000 records grew faster than their count (issue 18).
+// record, and at 150,000 records grew faster than their count.
 std::vector<const TensorRecord*> FindRecords(const std::vector<TensorRecord>& records,
                                              const std::vector<WantedTensor>& wanted) {
   RoleNumbers roles;

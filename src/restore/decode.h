@@ -19,7 +19,7 @@ namespace trainsnap::internal {
 // A tensor the manifest says the snapshot holds, with what it must look like.
 // `name` and `shape` point into the manifest or the target's contract, which
 // must outlive the decode: a restore wants every tensor of the snapshot, and
-// copies of them cost two allocations per tensor (issue 18: linear scaling).
+// copies of them cost two allocations per tensor (to scale linearly with the parameter count).
 struct WantedTensor {
   uint64_t param_id = 0;
   std::string role;

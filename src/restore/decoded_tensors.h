@@ -16,7 +16,7 @@ namespace trainsnap::internal {
 // asks for every tensor once, in that same order. Any other order still
 // works, through an index sorted on the first miss. Why not a hash map: at
 // 150,000 tensors its nodes and string keys cost more per tensor than at
-// 15,000 (issue 18: linear scaling). Not thread-safe, lookups included.
+// 15,000 (to scale linearly with the parameter count). Not thread-safe, lookups included.
 class DecodedTensors {
  public:
   void Reserve(size_t n) { entries_.reserve(n); }

@@ -248,7 +248,7 @@ Result<std::unique_ptr<PreparedRestore>> PrepareRestore(Store& store, int64_t st
   // which DecodedTensors' look-ups follow.
   RestorePlan plan;
   // Sized once: growing them moved every entry (two tensor handles each)
-  // to fresh memory over and over at 50,000 parameters (issue 18).
+  // to fresh memory over and over at 50,000 parameters.
   plan.copies.reserve(static_cast<size_t>(manifest.params_size()) +
                       static_cast<size_t>(manifest.model_tensors_size()));
   if (options.restore_gradients) plan.grads.reserve(static_cast<size_t>(manifest.params_size()));

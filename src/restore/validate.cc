@@ -154,7 +154,7 @@ Status CheckOptimizer(const proto::OptimizerManifest& stored, const NamedOptimiz
   for (size_t g = 0; g < groups.size(); ++g) {
     // Compared as sorted sets of IDs: sorted vectors, not node-based sets,
     // whose 50,000 nodes per side made this check grow faster than the
-    // parameter count (issue 18).
+    // parameter count.
     std::vector<uint64_t> expected(stored.groups(g).param_ids().begin(), stored.groups(g).param_ids().end());
     std::vector<uint64_t> actual;
     actual.reserve(groups[g].params().size());

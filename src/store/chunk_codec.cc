@@ -7,6 +7,8 @@
 
 #include <zstd.h>
 
+#include "store/thread_scratch.h"
+
 namespace trainsnap::internal {
 namespace {
 
@@ -197,10 +199,12 @@ Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const Ch
   header.inner_filter = ChosenFilter(options);
   header.base = base_hash;
   std::vector<uint8_t>& xored = ThreadXorScratch();
+  ScratchTrim xored_trim(xored);
   xored.resize(size);
   XorInto(static_cast<const uint8_t*>(raw), static_cast<const uint8_t*>(base), size, xored.data());
   const uint8_t* input = xored.data();
   std::vector<uint8_t>& filtered = ThreadFilterScratch();
+  ScratchTrim filtered_trim(filtered);
   if (header.inner_filter != ChunkFilter::kNone) {
     filtered.resize(size);
     ApplyFilter(header.inner_filter, options.element_size, xored.data(), size, filtered.data());
@@ -258,8 +262,9 @@ Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& optio
 
   const uint8_t* input = static_cast<const uint8_t*>(raw);
   const ChunkFilter filter = ChosenFilter(options);
+  std::vector<uint8_t>& scratch = ThreadFilterScratch();
+  ScratchTrim trim(scratch);
   if (filter != ChunkFilter::kNone) {
-    std::vector<uint8_t>& scratch = ThreadFilterScratch();
     scratch.resize(size);
     ApplyFilter(filter, options.element_size, input, size, scratch.data());
     input = scratch.data();
@@ -361,6 +366,7 @@ Status DecodeChunk(std::string_view encoded, void* dst, size_t dst_size, const v
   const bool shuffled = filter == ChunkFilter::kFloat16Split || (filter == ChunkFilter::kShuffle && h.element_size > 1);
   uint8_t* target = static_cast<uint8_t*>(dst);
   std::vector<uint8_t>& scratch = ThreadFilterScratch();
+  ScratchTrim trim(scratch);
   if (shuffled) {
     scratch.resize(dst_size);
     target = scratch.data();

@@ -15,6 +15,7 @@
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
 #include "store/schema.h"
+#include "store/thread_scratch.h"
 
 namespace trainsnap::internal {
 namespace {
@@ -194,6 +195,7 @@ Status ChunkStore::ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOpti
 Status ChunkStore::ReadAndCheck(const ChunkRef& ref, const PackEntry& entry, uint8_t* dst, ReadFailure* failure) {
   *failure = ReadFailure::kPack;
   thread_local std::string buffer;
+  ScratchTrim trim(buffer);
   Status read = entry.raw ? packs_->ReadRawInto(entry, dst) : packs_->ReadEncoded(entry, &buffer);
   if (!read.ok()) return read.WithContext("chunk " + ref.hash.Hex());
   *failure = ReadFailure::kContent;

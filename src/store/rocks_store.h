@@ -129,6 +129,10 @@ class RocksStore final : public Store, private ChunkSink {
   // reserve's space released first when the disk is full, and once more
   // without the reserve when it failed with NoSpace.
   Status WithReserve(const std::function<Status()>& attempt) REQUIRES(commit_mu_);
+  // Delete and Rollback: once `step` is known stored, deletes the steps
+  // `pick` chooses, under commit_mu_, the reserve and a view.
+  Status DeleteChosenSteps(int64_t step, const std::string& context,
+                           const std::function<Result<std::vector<int64_t>>()>& pick);
 
   StoreOptions options_;  // as opened; defaults for a read-only store
   int threads_ = 1;

@@ -117,8 +117,8 @@ Status RocksStore::WithReserve(const std::function<Status()>& attempt) {
   return s;
 }
 
-Status RocksStore::Delete(int64_t step) {
-  const std::string context = "delete " + StepName(step);
+Status RocksStore::DeleteChosenSteps(int64_t step, const std::string& context,
+                                     const std::function<Result<std::vector<int64_t>>()>& pick) {
   TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
   MutexLock lock(&commit_mu_);
   return WithReserve([&]() -> Status {
@@ -126,27 +126,27 @@ Status RocksStore::Delete(int64_t step) {
     std::shared_lock<std::shared_mutex> view_lock;
     TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
     TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckStored(step).WithContext(context));
-    return catalog_->DeleteSteps({step}, options_.sync, nullptr).WithContext(context);
+    auto steps = pick();
+    if (!steps.ok()) return steps.status().WithContext(context);
+    if (steps->empty()) return Status::OK();
+    return catalog_->DeleteSteps(*steps, options_.sync, nullptr).WithContext(context);
   });
 }
 
+Status RocksStore::Delete(int64_t step) {
+  return DeleteChosenSteps(step, "delete " + StepName(step),
+                           [&]() -> Result<std::vector<int64_t>> { return std::vector<int64_t>{step}; });
+}
+
 Status RocksStore::Rollback(int64_t step) {
-  const std::string context = "rollback to " + StepName(step);
-  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
-  MutexLock lock(&commit_mu_);
-  return WithReserve([&]() -> Status {
-    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext(context));
-    std::shared_lock<std::shared_mutex> view_lock;
-    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
-    TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckStored(step).WithContext(context));
-    auto steps = catalog_->ListSteps();
-    if (!steps.ok()) return steps.status().WithContext(context);
+  // Every stored step after `step`.
+  return DeleteChosenSteps(step, "rollback to " + StepName(step), [&]() -> Result<std::vector<int64_t>> {
+    TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, catalog_->ListSteps());
     std::vector<int64_t> later;
-    for (int64_t s : *steps) {
+    for (int64_t s : steps) {
       if (s > step) later.push_back(s);
     }
-    if (later.empty()) return Status::OK();
-    return catalog_->DeleteSteps(later, options_.sync, nullptr).WithContext(context);
+    return later;
   });
 }
 

@@ -215,8 +215,10 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   if (options.worker_nice > 0) {
     Status s = LowerPoolPriority(*store->pool_, static_cast<size_t>(store->threads_), options.worker_nice);
     if (!s.ok()) return s.WithContext(context + ": lower the worker threads' priority");
+  }
+  if (options.lower_rocksdb_priority) {
     // RocksDB's thread pools belong to its Env (process-wide for the default
-    // one) and take only coarse priorities: kLow is nice 19.
+    // one, hence opt-in) and take only coarse priorities: kLow is nice 19.
     rocksdb::Env* rocks_env = env != nullptr ? env : rocksdb::Env::Default();
     for (auto pool : {rocksdb::Env::Priority::HIGH, rocksdb::Env::Priority::LOW}) {
       rocksdb::Status rs = rocks_env->LowerThreadPoolCPUPriority(pool, rocksdb::CpuPriority::kLow);

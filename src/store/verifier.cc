@@ -19,6 +19,7 @@
 #include "store/pack_set.h"
 #include "store/parallel_for.h"
 #include "store/rocksdb_status.h"
+#include "store/thread_scratch.h"
 
 namespace trainsnap::internal {
 
@@ -115,6 +116,7 @@ Result<VerifyReport> Verifier::Verify(std::optional<int64_t> step, const Progres
         // with RocksDB's checksums on for its index entry.
         auto entry = chunks_.LookupEntry(ref.hash, rocksdb::ReadOptions());
         thread_local std::string value;
+        ScratchTrim value_trim(value);
         if (!entry.ok()) {
           chunk_status[ci] = entry.status().WithContext(chunk_where);
         } else if (!entry->has_value()) {
@@ -124,6 +126,7 @@ Result<VerifyReport> Verifier::Verify(std::optional<int64_t> step, const Progres
           chunk_status[ci] = read.WithContext(chunk_where);
         } else {
           thread_local std::vector<uint8_t> buffer;
+          ScratchTrim buffer_trim(buffer);
           buffer.resize(ref.raw_bytes);
           chunk_status[ci] = chunks_.ReadChunkInto(ref, value, buffer.data()).WithContext(chunk_where);
           if (chunk_status[ci].ok()) good_bytes += ref.raw_bytes;

@@ -157,7 +157,7 @@ Result<Contract> BuildContract(const std::vector<NamedModel>& models) {
     return Status::OK();
   };
   // Tables sized once: growing them rehashed every entry again at each
-  // doubling (issue 18: linear scaling at 50k parameters). Undefined
+  // doubling (to scale linearly at 50k parameters). Undefined
   // parameters are counted too: an upper bound is enough.
   size_t param_count = 0, buffer_count = 0;
   for (const NamedModel& model : models) {

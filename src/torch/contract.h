@@ -49,7 +49,7 @@ struct ContractEntry {
   std::string model;               // key of the model names[0] belongs to
   std::vector<std::string> names;  // qualified names, in named_parameters() order
   // names[0], shared with the tensors a capture stages: a copy per staged
-  // tensor was a heap string each on the training thread (issue 18).
+  // tensor was a heap string each on the training thread.
   std::shared_ptr<const std::string> shared_name;
   torch::Tensor tensor;
   // Every TensorImpl the names go by (more than one when tied by storage).

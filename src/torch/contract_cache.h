@@ -2,7 +2,7 @@
 // restored, kept for the next capture or restore of the same models, so that
 // a run capturing every step rebuilds its contract (names, IDs, ties, index
 // tables) only when the models change. At 50,000 parameters, building it was
-// a third of the time a capture held the training thread (issue 18). Two, so
+// a third of the time a capture held the training thread. Two, so
 // that restoring into other models (an evaluation copy) does not evict the
 // trained models' contract.
 #pragma once

@@ -51,7 +51,7 @@ Status ReadManifest(Store& store, int64_t step, proto::TrainingManifest* out);
 // Options of the arena a capture or restore keeps its manifest in (a few
 // large blocks instead of several allocations per tensor, freed at once):
 // allocated one by one, the messages of 150,000 tensors left glibc's fast
-// bins full of small chunks, merged later on the training thread (issue 18).
+// bins full of small chunks, merged later on the training thread.
 google::protobuf::ArenaOptions ManifestArenaOptions();
 
 }  // namespace trainsnap::internal

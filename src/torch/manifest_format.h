@@ -7,7 +7,7 @@
 
 namespace trainsnap::internal {
 
-// 2 (issue 18): a layout shared by snapshots plus a small per-snapshot part
+// 2: a layout shared by snapshots plus a small per-snapshot part
 // (proto/manifest.proto, SnapshotManifest; src/torch/manifest_codec.h).
 // Version 1 stored the whole TrainingManifest in each snapshot record.
 inline constexpr uint32_t kManifestFormatVersion = 2;

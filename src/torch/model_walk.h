@@ -1,7 +1,7 @@
 // The parameters and buffers of a module tree, visited in place: the order
 // and names of Module::named_parameters() and named_buffers() (recurse),
 // without the dictionary copies those build on every call (at 50,000
-// parameters the copies were a third of building the contract; issue 18).
+// parameters the copies were a third of building the contract).
 #pragma once
 
 #include <string>

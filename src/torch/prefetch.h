@@ -1,4 +1,4 @@
-// Software prefetch for walks over many small tensors (issue 18). At 50,000
+// Software prefetch for walks over many small tensors. At 50,000
 // parameters a capture's walk over the model is bound by cache misses: each
 // tensor is a chain of dependent loads (TensorImpl -> StorageImpl -> bytes;
 // the gradient hangs off the autograd metadata), and the work per tensor is

@@ -15,7 +15,7 @@ torch::Tensor CutFromSlab(const torch::Tensor& slab, size_t* used, c10::IntArray
   // deleter that holds the slab: one TensorImpl instead of a deleter context,
   // a StorageImpl and two TensorImpls (from_blob's and make_variable's copy).
   // At 150,000 small tensors per capture those allocations were a fifth of
-  // the staging time (issue 18: linear scaling). Pieces are aligned to
+  // the staging time (to scale linearly with the parameter count). Pieces are aligned to
   // kSlabAlignment, a multiple of every element size, so the byte offset is
   // a whole number of elements.
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(slab.storage()), slab.key_set(),

@@ -55,7 +55,7 @@ class SlabChain {
   // call), which receives every slab a piece comes from, once each, and
   // must outlive the pieces' use. A TensorImpl per piece was a fifth of a
   // capture's stall at 150,000 small tensors, growing faster than their
-  // count (issue 18).
+  // count.
   template <typename Fresh>
   uint8_t* CutBytes(size_t bytes, Fresh&& fresh, std::vector<torch::Tensor>* keep) {
     const size_t piece = SlabPieceBytes(bytes);

@@ -1,4 +1,4 @@
-// Crash test (issue 7): a child process captures snapshots in a loop (with GC
+// Crash test: a child process captures snapshots in a loop (with GC
 // and rollbacks mixed in) and acknowledges each only after it returned OK; we
 // SIGKILL it at random moments and it kills itself at named kill points
 // (after the chunks, before the commit, after the commit before the

@@ -1,5 +1,5 @@
-// The CLI's `trainsnap verify` on damaged stores (issue 7: "The CLI's verify
-// exits 3 on them"): for each kind of damage of the corruption test (a chunk
+// The CLI's `trainsnap verify` on damaged stores (it exits 3 on them): for
+// each kind of damage of the corruption test (a chunk
 // pack flipped or truncated, a table file flipped, the WAL tail damaged, the
 // MANIFEST damaged) the real binary runs on a closed store and its exit code
 // is checked exactly. Exit codes are documented in docs/cli.md.

@@ -124,7 +124,7 @@ TEST(StoreCreationTest, AnInterruptedCreationIsFinishedByTheNextWritableOpen) {
   EXPECT_NE((*store)->open_notes()[0].find("store creation had been interrupted"), std::string::npos)
       << (*store)->open_notes()[0];
   EXPECT_FALSE(fs::exists(path + "/" + kCreationMarker));
-  auto a = RandomFloats(3000, 1);
+  auto a = NormalFloats(3000, 1);
   ASSERT_OK(WriteSnapshot(**store, 1, {{1, &a}}));
   EXPECT_EQ(ReadFloats(**store, 1, 1), a);
   store->reset();

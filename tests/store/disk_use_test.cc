@@ -1,4 +1,4 @@
-// Disk use follows retention (issue 13 item 7): with keep_last, a store
+// Disk use follows retention: with keep_last, a store
 // written every step gives the space of pruned snapshots back, and Stats
 // accounts for every byte in the store directory.
 #include <gtest/gtest.h>
@@ -56,12 +56,12 @@ TEST(DiskUseTest, RetentionAndGcKeepDiskWithinOneAndAHalfLivePlusOneSnapshot) {
   options.reserve_bytes = 0;  // measured on its own below; not part of the bound
   auto store = Store::Open(path, options);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  const std::vector<float> frozen = RandomFloats((512 << 10) / sizeof(float), 1);
+  const std::vector<float> frozen = NormalFloats((512 << 10) / sizeof(float), 1);
   constexpr int64_t kSteps = 40;
   uint64_t peak = 0;
   int64_t peak_step = 0;
   for (int64_t step = 1; step <= kSteps; ++step) {
-    const std::vector<float> moving = RandomFloats((1 << 20) / sizeof(float), static_cast<uint32_t>(step + 100));
+    const std::vector<float> moving = NormalFloats((1 << 20) / sizeof(float), static_cast<uint32_t>(step + 100));
     auto info = WriteSnapshot(**store, step, {{1, &frozen}, {2, &moving}});
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     const uint64_t now = DirBytes(path);
@@ -130,7 +130,7 @@ TEST(DiskUseTest, StatsShowDeletedValuesUntilGcGivesThemBack) {
   auto store = Store::Open(path, options);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   for (int64_t step = 1; step <= 3; ++step) {
-    const std::vector<float> t = RandomFloats((1 << 20) / sizeof(float), static_cast<uint32_t>(step));
+    const std::vector<float> t = NormalFloats((1 << 20) / sizeof(float), static_cast<uint32_t>(step));
     ASSERT_TRUE(WriteSnapshot(**store, step, {{1, &t}}).ok());
   }
   // A gc with nothing to collect compacts nothing.

@@ -39,7 +39,7 @@ TEST(DamagedPackTest, ACaptureAfterAPackVanishedWritesTheLostChunksAgain) {
     SCOPED_TRACE(emptied ? "pack emptied" : "pack deleted");
     TempDir dir;
     const std::string path = dir.Sub("s");
-    const auto a = RandomFloats(3000, 1), b = RandomFloats(2048, 2);
+    const auto a = NormalFloats(3000, 1), b = NormalFloats(2048, 2);
     {
       auto store = Store::Open(path, RawChunks());
       ASSERT_OK(store);
@@ -87,7 +87,7 @@ TEST(DamagedPackTest, ACaptureAfterAPackVanishedWritesTheLostChunksAgain) {
 TEST(DamagedPackTest, AWriterToldByVerifyStopsDeduplicatingOntoTheLostChunks) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  const auto a = RandomFloats(3000, 3);
+  const auto a = NormalFloats(3000, 3);
   auto store = Store::Open(path, RawChunks());
   ASSERT_OK(store);
   ASSERT_OK(WriteSnapshot(**store, 1, {{1, &a}}));
@@ -115,7 +115,7 @@ TEST(DamagedPackTest, ATruncatedPackNoLongerBlocksGarbageCollection) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   std::vector<std::vector<float>> own;
-  for (int i = 0; i < 5; ++i) own.push_back(RandomFloats(1024, 10 + i));  // one 4 KiB chunk each
+  for (int i = 0; i < 5; ++i) own.push_back(NormalFloats(1024, 10 + i));  // one 4 KiB chunk each
   {
     auto store = Store::Open(path, RawChunks());
     ASSERT_OK(store);

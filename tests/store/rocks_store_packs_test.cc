@@ -52,8 +52,8 @@ uint64_t RawPackBytes(size_t floats) {
 TEST(PackRecoveryTest, OpenTruncatesUncommittedTailsAndDeletesUnreferencedPacks) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  auto a = RandomFloats(3000, 1);
-  auto b = RandomFloats(5000, 2);
+  auto a = NormalFloats(3000, 1);
+  auto b = NormalFloats(5000, 2);
   {
     auto store = Store::Open(path, RawChunks());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -99,9 +99,9 @@ TEST(PackPowerLossTest, UnsyncedPackBytesAreDroppedCommittedOnesSurvive) {
   const std::string path = dir.Sub("s");
   auto fault = std::make_shared<FaultInjectionFS>();
   auto env = NewFaultInjectionEnv(fault);
-  auto a = RandomFloats(3000, 3);
-  auto b = RandomFloats(2000, 4);
-  auto c = RandomFloats(4000, 5);
+  auto a = NormalFloats(3000, 3);
+  auto b = NormalFloats(2000, 4);
+  auto c = NormalFloats(4000, 5);
   {
     auto store = internal::RocksStore::OpenWritable(path, RawChunks(/*sync=*/true), env.get());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -130,7 +130,7 @@ TEST(PackIoFaultTest, FailedPackSyncOrAppendFailsTheCaptureAndTheNextOneCommits)
   const std::string path = dir.Sub("s");
   auto fault = std::make_shared<FaultInjectionFS>();
   auto env = NewFaultInjectionEnv(fault);
-  auto a = RandomFloats(3000, 6);
+  auto a = NormalFloats(3000, 6);
   auto store = internal::RocksStore::OpenWritable(path, RawChunks(/*sync=*/true), env.get());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   {
@@ -171,7 +171,7 @@ TEST(PackCorruptionTest, ReadFaultsFlipsAndTruncationsAreDetected) {
   const std::string path = dir.Sub("s");
   auto fault = std::make_shared<FaultInjectionFS>();
   auto env = NewFaultInjectionEnv(fault);
-  auto a = RandomFloats(3000, 7);
+  auto a = NormalFloats(3000, 7);
   {
     auto store = internal::RocksStore::OpenWritable(path, RawChunks(), env.get());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -243,9 +243,9 @@ TEST(PackCompactionKillTest, KilledAtEveryStepLosesNothingLive) {
   ASSERT_TRUE(internal::KillPointsCompiled());
   TempDir dir;
   const std::string base = dir.Sub("base");
-  auto shared = RandomFloats(4096, 8);  // 4 chunks every snapshot references
+  auto shared = NormalFloats(4096, 8);  // 4 chunks every snapshot references
   std::vector<std::vector<float>> own;
-  for (int i = 0; i < 6; ++i) own.push_back(RandomFloats(4096, 10 + i));
+  for (int i = 0; i < 6; ++i) own.push_back(NormalFloats(4096, 10 + i));
   uint64_t live_after = 0;
   {
     auto store = Store::Open(base, RawChunks(/*sync=*/true));
@@ -339,7 +339,7 @@ TEST(InFlightChunkTest, TwoWritersOfTheSameBytesShareOneEncoding) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   const StoreOptions o = DeltaOptions(4);  // one chunk per tensor
-  const std::vector<float> v0 = RandomFloats(4096, 1);
+  const std::vector<float> v0 = NormalFloats(4096, 1);
   const std::vector<float> v1 = Evolve(v0, 1, 11), v2 = Evolve(v1, 1, 12), v3 = Evolve(v2, 1, 13);
   SnapshotInfo info3, info4, info5;
   {
@@ -405,7 +405,7 @@ TEST(InFlightChunkTest, AReusedDeltasBaseOutlivesItsAppenderAndItsSnapshot) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   const StoreOptions o = DeltaOptions(4);
-  const std::vector<float> v0 = RandomFloats(4096, 1);
+  const std::vector<float> v0 = NormalFloats(4096, 1);
   const std::vector<float> v1 = Evolve(v0, 1, 11);
   auto store = Store::Open(path, o);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -438,7 +438,7 @@ TEST(InFlightChunkTest, AReusedDeltasBaseOutlivesItsAppenderAndItsSnapshot) {
 TEST(InFlightChunkTest, AnAbandonedWritersChunkStaysCommittableThroughCompaction) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  const std::vector<float> a = RandomFloats(3000, 1), b = RandomFloats(5000, 2);
+  const std::vector<float> a = NormalFloats(3000, 1), b = NormalFloats(5000, 2);
   auto store = Store::Open(path, RawChunks());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());

@@ -40,8 +40,8 @@ TEST_F(RocksStoreTest, WriteThenReadBitExact) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   EXPECT_FALSE(store_->read_only());
   EXPECT_EQ(store_->chunk_bytes(), 4096u);
-  auto a = RandomFloats(5000, 1);  // 20000 bytes: 4 full chunks + a 3616-byte tail
-  auto b = RandomFloats(3, 2);
+  auto a = NormalFloats(5000, 1);  // 20000 bytes: 4 full chunks + a 3616-byte tail
+  auto b = NormalFloats(3, 2);
   auto info = WriteSnapshot(*store_, 10, {{1, &a}, {2, &b}}, "manifest-10");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->step, 10);
@@ -80,7 +80,7 @@ TEST_F(RocksStoreTest, ListLatestAndNegativeSteps) {
   auto latest = store_->Latest();
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());
-  auto a = RandomFloats(10, 3);
+  auto a = NormalFloats(10, 3);
   for (int64_t step : {5, -3, 100, 0, 7}) ASSERT_TRUE(WriteSnapshot(*store_, step, {{1, &a}}).ok());
   auto list = store_->List();
   ASSERT_TRUE(list.ok());
@@ -94,7 +94,7 @@ TEST_F(RocksStoreTest, ListLatestAndNegativeSteps) {
 
 TEST_F(RocksStoreTest, DedupWritesNothingTheSecondTime) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(5000, 4);
+  auto a = NormalFloats(5000, 4);
   auto first = WriteSnapshot(*store_, 1, {{1, &a}});
   ASSERT_TRUE(first.ok());
   auto second = WriteSnapshot(*store_, 2, {{1, &a}});
@@ -120,8 +120,8 @@ TEST_F(RocksStoreTest, DedupWritesNothingTheSecondTime) {
 
 TEST_F(RocksStoreTest, CommitExistingStepNeedsReplace) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(100, 5);
-  auto b = RandomFloats(50, 6);
+  auto a = NormalFloats(100, 5);
+  auto b = NormalFloats(50, 6);
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}, {2, &a}}, "old").ok());
   auto again = WriteSnapshot(*store_, 1, {{1, &b}});
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
@@ -146,7 +146,7 @@ std::string ContainsText(Store& store, int64_t step) {
 
 TEST_F(RocksStoreTest, NotFoundErrors) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(10, 8);
+  auto a = NormalFloats(10, 8);
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
   EXPECT_EQ(store_->Info(2).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(ContainsText(*store_, 2), "no");  // absence is an answer, not an error
@@ -164,8 +164,8 @@ TEST_F(RocksStoreTest, NotFoundErrors) {
 
 TEST_F(RocksStoreTest, DeleteHidesSnapshotAndKeepsOthers) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(2000, 9);
-  auto b = RandomFloats(2000, 10);
+  auto a = NormalFloats(2000, 9);
+  auto b = NormalFloats(2000, 10);
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
   ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &b}}).ok());
   ASSERT_TRUE(store_->Delete(1).ok());
@@ -198,9 +198,9 @@ uint64_t StoredBytes(const TensorRecord& r) {
 
 TEST_F(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(3000, 11);  // 3 chunks, shared by both snapshots
-  auto b = RandomFloats(5000, 12);  // 5 chunks, only in step 1
-  auto c = RandomFloats(1000, 13);  // 1 chunk, only in step 2
+  auto a = NormalFloats(3000, 11);  // 3 chunks, shared by both snapshots
+  auto b = NormalFloats(5000, 12);  // 5 chunks, only in step 1
+  auto c = NormalFloats(1000, 13);  // 1 chunk, only in step 2
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}, {2, &b}}).ok());
   ASSERT_TRUE(WriteSnapshot(*store_, 2, {{1, &a}, {3, &c}}).ok());
   auto b_record = store_->Tensor(1, 2, "param");
@@ -242,8 +242,8 @@ TEST_F(RocksStoreTest, DeleteThenGcReclaimsExactlyTheUnreferencedChunks) {
 
 TEST_F(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(2000, 14);
-  auto d = RandomFloats(2000, 15);
+  auto a = NormalFloats(2000, 14);
+  auto d = NormalFloats(2000, 15);
   ASSERT_TRUE(WriteSnapshot(*store_, 1, {{1, &a}}).ok());
 
   auto writer = store_->BeginSnapshot(2);
@@ -268,7 +268,7 @@ TEST_F(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
   // An abandoned writer's chunks were never indexed: unreferenced pack
   // bytes (its 3 chunks, alone in the pack begun after the last gc), which
   // the next collection deletes with their pack.
-  auto e = RandomFloats(3000, 16);
+  auto e = NormalFloats(3000, 16);
   auto abandoned = store_->BeginSnapshot(3);
   ASSERT_TRUE(abandoned.ok());
   ASSERT_TRUE((*abandoned)->AddTensor(View(1, "param", e)).ok());
@@ -299,7 +299,7 @@ TEST_F(RocksStoreTest, GcSparesChunksOfWritersInFlight) {
 TEST_F(RocksStoreTest, RollbackDeletesLaterSnapshots) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   std::vector<std::vector<float>> data;
-  for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 20 + i));
+  for (int i = 0; i < 5; ++i) data.push_back(NormalFloats(1000, 20 + i));
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{7, &data[i]}}).ok());
   EXPECT_EQ(store_->Rollback(10).code(), StatusCode::kNotFound);
   EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{1, 2, 3, 4, 5}));
@@ -318,8 +318,8 @@ TEST_F(RocksStoreTest, RollbackDeletesLaterSnapshots) {
 }
 
 TEST_F(RocksStoreTest, ReopenKeepsEverything) {
-  auto a = RandomFloats(300000, 30);  // 1.2 MB: two chunks of the default 1 MiB
-  auto b = RandomFloats(10, 31);
+  auto a = NormalFloats(300000, 30);  // 1.2 MB: two chunks of the default 1 MiB
+  auto b = NormalFloats(10, 31);
   std::vector<SnapshotInfo> infos;
   {
     StoreOptions o;
@@ -452,7 +452,7 @@ TEST_F(RocksStoreTest, SecondWriterProcessIsBusyAndReadersSeeCommits) {
   {
     auto store = Store::Open(path, SmallChunks());
     ASSERT_TRUE(store.ok());
-    auto a = RandomFloats(100, 40);
+    auto a = NormalFloats(100, 40);
     ASSERT_TRUE(WriteSnapshot(**store, 5, {{1, &a}}).ok());
     ASSERT_EQ(write(ready[1], "x", 1), 1);
     int status = 0;
@@ -468,8 +468,8 @@ TEST_F(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
   const std::string path = dir.Sub("s");
   auto writer_store = Store::Open(path, SmallChunks());
   ASSERT_TRUE(writer_store.ok());
-  auto a = RandomFloats(3000, 50);
-  auto b = RandomFloats(3000, 51);
+  auto a = NormalFloats(3000, 50);
+  auto b = NormalFloats(3000, 51);
   ASSERT_TRUE(WriteSnapshot(**writer_store, 1, {{1, &a}}).ok());
 
   auto reader = Store::OpenReadOnly(path);
@@ -522,8 +522,8 @@ TEST_F(RocksStoreTest, ReadOnlyOpenerSeesOnlyCommittedSnapshots) {
 
 TEST_F(RocksStoreTest, CorruptChunkIsNamedAndOtherSnapshotsStillRead) {
   const std::string path = StorePath();
-  auto a = RandomFloats(3000, 60);  // 12000 bytes: chunks of 4096, 4096, 3808
-  auto b = RandomFloats(3000, 61);
+  auto a = NormalFloats(3000, 60);  // 12000 bytes: chunks of 4096, 4096, 3808
+  auto b = NormalFloats(3000, 61);
   TensorRecord victim;
   {
     ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
@@ -612,7 +612,7 @@ TEST_F(RocksStoreTest, RawChunkBitFlipIsAHashMismatch) {
 
 TEST_F(RocksStoreTest, MissingChunkIsReported) {
   const std::string path = StorePath();
-  auto a = RandomFloats(2000, 80);
+  auto a = NormalFloats(2000, 80);
   TensorRecord record;
   {
     ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
@@ -640,7 +640,7 @@ TEST_F(RocksStoreTest, MissingChunkIsReported) {
 TEST_F(RocksStoreTest, PruneKeepsLastAndEvery) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
   std::vector<std::vector<float>> data;
-  for (int i = 0; i < 10; ++i) data.push_back(RandomFloats(1000, 90 + i));
+  for (int i = 0; i < 10; ++i) data.push_back(NormalFloats(1000, 90 + i));
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{1, &data[i]}}).ok());
   auto none = store_->Prune({0, 0});
   ASSERT_TRUE(none.ok());
@@ -660,9 +660,9 @@ TEST_F(RocksStoreTest, RetentionAppliesAfterEveryCommit) {
   StoreOptions o = SmallChunks();
   o.retention.keep_last = 2;
   ASSERT_NO_FATAL_FAILURE(OpenStore(o));
-  auto shared = RandomFloats(1000, 100);
+  auto shared = NormalFloats(1000, 100);
   std::vector<std::vector<float>> data;
-  for (int i = 0; i < 5; ++i) data.push_back(RandomFloats(1000, 101 + i));
+  for (int i = 0; i < 5; ++i) data.push_back(NormalFloats(1000, 101 + i));
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(WriteSnapshot(*store_, i + 1, {{1, &data[i]}, {2, &shared}}).ok());
   EXPECT_EQ(Steps(*store_), (std::vector<int64_t>{4, 5}));
   auto stats = store_->Stats();
@@ -680,9 +680,9 @@ TEST_F(RocksStoreTest, DiskFullFailsTheSnapshotAndTheStoreRecovers) {
   auto env = NewFaultInjectionEnv(fs);
   StoreOptions o = SmallChunks();
   o.sync = true;
-  auto a = RandomFloats(5000, 110);
-  auto b = RandomFloats(5000, 111);
-  auto c = RandomFloats(5000, 112);
+  auto a = NormalFloats(5000, 110);
+  auto b = NormalFloats(5000, 111);
+  auto c = NormalFloats(5000, 112);
   {
     auto store = internal::RocksStore::OpenWritable(path, o, env.get());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -719,7 +719,7 @@ TEST_F(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
   // A pool of contents that snapshots draw from, so that writers keep
   // deduplicating against chunks that deletes just made garbage.
   std::vector<std::vector<float>> contents;
-  for (int i = 0; i < 6; ++i) contents.push_back(RandomFloats(2500, 200 + i));
+  for (int i = 0; i < 6; ++i) contents.push_back(NormalFloats(2500, 200 + i));
   std::atomic<bool> done{false};
   std::atomic<int> gc_runs{0};
   std::thread collector([&] {
@@ -766,7 +766,7 @@ TEST_F(RocksStoreTest, GcRacingWritersNeverLosesAReferencedChunk) {
 
 TEST_F(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(4, 300);
+  auto a = NormalFloats(4, 300);
   auto writer = store_->BeginSnapshot(1);
   ASSERT_TRUE(writer.ok());
   for (auto [id, role] : std::vector<std::pair<uint64_t, std::string>>{
@@ -788,7 +788,7 @@ TEST_F(RocksStoreTest, TensorsAreOrderedByParamThenRole) {
 // in (param_id, role) byte order, as in the tensors column family.
 TEST_F(RocksStoreTest, GroupedRecordsAreOrderedByParamThenRoleBytes) {
   ASSERT_NO_FATAL_FAILURE(OpenStore(SmallChunks()));
-  auto a = RandomFloats(4, 301);
+  auto a = NormalFloats(4, 301);
   const std::vector<std::string> roles = {"exp_avg_sq", "exp_avg_sz", "exp_avg", "exp_avg_", "param",
                                           "\xc3\xa9t\xc3\xa9", "grad", std::string("exp_avg\0x", 9), "e"};
   std::vector<std::pair<uint64_t, std::string>> keys;
@@ -816,7 +816,7 @@ TEST_F(RocksStoreTest, OpenCreatesMissingParentDirectories) {
   auto store = Store::Open(path, SmallChunks());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_EQ((*store)->path(), path);
-  auto a = RandomFloats(10, 400);
+  auto a = NormalFloats(10, 400);
   ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
   EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
 }
@@ -855,7 +855,7 @@ TEST_F(RocksStoreTest, RejectsBadOptions) {
 TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  auto a = RandomFloats(3000, 21);
+  auto a = NormalFloats(3000, 21);
   {
     auto store = Store::Open(path, SmallChunks());
     ASSERT_TRUE(store.ok());
@@ -929,6 +929,42 @@ TEST_F(RocksStoreTest, WorkerThreadsRunAtTheConfiguredNice) {
   EXPECT_EQ(StoreOptions().worker_nice, 19);  // the documented default
 }
 
+// Records the priority changes asked of RocksDB's thread pools (they are
+// process-wide for the default Env, so the test must not really make them).
+class PriorityRecordingEnv : public rocksdb::EnvWrapper {
+ public:
+  PriorityRecordingEnv() : rocksdb::EnvWrapper(rocksdb::Env::Default()) {}
+  const char* Name() const override { return "PriorityRecordingEnv"; }
+  rocksdb::Status LowerThreadPoolCPUPriority(Priority pool, rocksdb::CpuPriority priority) override {
+    lowered.emplace_back(pool, priority);
+    return rocksdb::Status::OK();
+  }
+  std::vector<std::pair<Priority, rocksdb::CpuPriority>> lowered;
+};
+
+// By default a store changes no thread outside trainsnap's own: RocksDB's
+// (process-wide) pools are lowered only with lower_rocksdb_priority, then
+// both of them, to the lowest priority.
+TEST_F(RocksStoreTest, RocksDbThreadPriorityChangesOnlyWhenAskedFor) {
+  EXPECT_FALSE(StoreOptions().lower_rocksdb_priority);  // the documented default
+  PriorityRecordingEnv env;
+  StoreOptions o = SmallChunks();
+  {
+    auto store = internal::RocksStore::OpenWritable(StorePath(), o, &env);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+  }
+  EXPECT_TRUE(env.lowered.empty());
+  o.lower_rocksdb_priority = true;
+  {
+    auto store = internal::RocksStore::OpenWritable(StorePath(), o, &env);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+  }
+  using P = rocksdb::Env::Priority;
+  const std::vector<std::pair<P, rocksdb::CpuPriority>> expected = {{P::HIGH, rocksdb::CpuPriority::kLow},
+                                                                     {P::LOW, rocksdb::CpuPriority::kLow}};
+  EXPECT_EQ(env.lowered, expected);
+}
+
 // compress = false: every new chunk is its 16-byte header plus the raw bytes,
 // no deltas; chunks written either way read back after reopening either way.
 TEST_F(RocksStoreTest, UncompressedStoreWritesRawChunksAndReadsBothKinds) {
@@ -971,7 +1007,7 @@ TEST_F(RocksStoreTest, ReadTensorsReadsManyAndNamesTheFirstFailure) {
   TempDir dir;
   const std::string path = dir.Sub("s");
   std::vector<std::vector<float>> data;
-  for (uint32_t i = 0; i < 5; ++i) data.push_back(RandomFloats(10000 + 1000 * i, 300 + i));  // 10..14 chunks each
+  for (uint32_t i = 0; i < 5; ++i) data.push_back(NormalFloats(10000 + 1000 * i, 300 + i));  // 10..14 chunks each
   std::vector<TensorRecord> records;
   {
     auto store = Store::Open(path, SmallChunks());

@@ -37,7 +37,7 @@ TEST(SnapshotWriterTest, AddTensorValidates) {
   ASSERT_TRUE(store.ok());
   auto writer = (*store)->BeginSnapshot(1);
   ASSERT_TRUE(writer.ok());
-  auto a = RandomFloats(4, 7);
+  auto a = NormalFloats(4, 7);
   TensorView v = View(1, "param", a);
   v.size_bytes = 12;
   EXPECT_EQ((*writer)->AddTensor(v).code(), StatusCode::kInvalidArgument);
@@ -106,7 +106,7 @@ TEST(SnapshotWriterTest, ConcurrentAddTensor) {
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(store.ok());
   std::vector<std::vector<float>> data;
-  for (int i = 0; i < 8; ++i) data.push_back(RandomFloats(3000, 100 + i % 4));  // pairs share content
+  for (int i = 0; i < 8; ++i) data.push_back(NormalFloats(3000, 100 + i % 4));  // pairs share content
   auto writer = (*store)->BeginSnapshot(1);
   ASSERT_TRUE(writer.ok());
   std::vector<std::thread> threads;
@@ -166,7 +166,7 @@ size_t ChunkDepsEntries(const std::string& path) {
 TEST(SnapshotWriterDeltaTest, ChainsAreBoundedByTheKeyframeIntervalAndRestoreBitExact) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  std::vector<std::vector<float>> versions = {RandomFloats(16384, 1)};
+  std::vector<std::vector<float>> versions = {NormalFloats(16384, 1)};
   for (int i = 1; i < 10; ++i) versions.push_back(Evolve(versions.back(), 1, 100 + i));
   std::vector<uint64_t> new_bytes;
   {
@@ -198,7 +198,7 @@ TEST(SnapshotWriterDeltaTest, ChainsAreBoundedByTheKeyframeIntervalAndRestoreBit
 TEST(SnapshotWriterDeltaTest, KeyframeReferenceDeltasAreOneLevelAgainstTheLastKeyframe) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  std::vector<std::vector<float>> versions = {RandomFloats(16384, 1)};
+  std::vector<std::vector<float>> versions = {NormalFloats(16384, 1)};
   for (int i = 1; i < 10; ++i) versions.push_back(Evolve(versions.back(), 1, 100 + i));
   std::vector<std::vector<ChunkHash>> hashes;
   std::vector<uint64_t> new_bytes;
@@ -252,7 +252,7 @@ TEST(SnapshotWriterDeltaTest, KeyframeReferenceDeltasAreOneLevelAgainstTheLastKe
 TEST(SnapshotWriterDeltaTest, KeyframeReferenceGcKeepsOnlyTheKeyframe) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  std::vector<std::vector<float>> versions = {RandomFloats(16384, 4)};
+  std::vector<std::vector<float>> versions = {NormalFloats(16384, 4)};
   for (int i = 1; i < 6; ++i) versions.push_back(Evolve(versions.back(), 1, 200 + i));
   auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
   ASSERT_TRUE(store.ok());
@@ -271,7 +271,7 @@ TEST(SnapshotWriterDeltaTest, KeyframeReferenceGcKeepsOnlyTheKeyframe) {
 TEST(SnapshotWriterDeltaTest, KeyframeIntervalOneWritesNoDeltas) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  auto a = RandomFloats(16384, 2);
+  auto a = NormalFloats(16384, 2);
   auto b = Evolve(a, 1, 3);
   {
     auto store = Store::Open(path, DeltaOptions(1));
@@ -286,15 +286,15 @@ TEST(SnapshotWriterDeltaTest, KeyframeIntervalOneWritesNoDeltas) {
   EXPECT_EQ(Store::Open(dir.Sub("t"), bad).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Tensors under 4 KiB get deltas too (issue 18, item 4): from kMinDeltaBytes
+// Tensors under 4 KiB get deltas too: from kMinDeltaBytes
 // (128) on, when the delta with its 48 fixed bytes (base hash, chunk_deps
 // entry) is smaller. Exact stored bytes: the writer's encodings, recomputed.
 TEST(SnapshotWriterDeltaTest, SmallTensorsGetDeltasWhenTheyPay) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  const auto small_a = RandomFloats(256, 11);  // 1 KiB: one chunk
+  const auto small_a = NormalFloats(256, 11);  // 1 KiB: one chunk
   const auto small_b = Evolve(small_a, 1, 12);
-  const auto tiny_a = RandomFloats(16, 13);  // 64 bytes: below kMinDeltaBytes
+  const auto tiny_a = NormalFloats(16, 13);  // 64 bytes: below kMinDeltaBytes
   const auto tiny_b = Evolve(tiny_a, 1, 14);
   internal::ChunkEncodeOptions o;
   o.zstd_level = StoreOptions().zstd_level;
@@ -339,7 +339,7 @@ TEST(SnapshotWriterDeltaTest, SmallTensorsGetDeltasWhenTheyPay) {
 TEST(SnapshotWriterDeltaTest, GcKeepsEveryBaseALiveChunkNeeds) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  std::vector<std::vector<float>> versions = {RandomFloats(16384, 4)};
+  std::vector<std::vector<float>> versions = {NormalFloats(16384, 4)};
   for (int i = 1; i < 6; ++i) versions.push_back(Evolve(versions.back(), 1, 200 + i));
   {
     auto store = Store::Open(path, DeltaOptions(16));
@@ -372,7 +372,7 @@ TEST(SnapshotWriterDeltaTest, RetentionCollectsWholeChainsIncrementally) {
   const std::string path = dir.Sub("s");
   StoreOptions o = DeltaOptions(3);
   o.retention.keep_last = 2;
-  std::vector<std::vector<float>> versions = {RandomFloats(16384, 5)};
+  std::vector<std::vector<float>> versions = {NormalFloats(16384, 5)};
   for (int i = 1; i < 9; ++i) versions.push_back(Evolve(versions.back(), 1, 300 + i));
   auto store = Store::Open(path, o);
   ASSERT_TRUE(store.ok());
@@ -393,7 +393,7 @@ TEST(SnapshotWriterDeltaTest, RetentionCollectsWholeChainsIncrementally) {
 TEST(SnapshotWriterDeltaTest, MissingBaseIsCorruptionNamingTheBase) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  auto a = RandomFloats(16384, 6);
+  auto a = NormalFloats(16384, 6);
   auto b = Evolve(a, 1, 7);
   ChunkHash base;
   {
@@ -428,7 +428,7 @@ TEST(SnapshotWriterDeltaTest, MissingBaseIsCorruptionNamingTheBase) {
 TEST(SnapshotWriterDeltaTest, Bf16UsesTheFloat16Split) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  auto f = RandomFloats(8192, 8);
+  auto f = NormalFloats(8192, 8);
   std::vector<uint16_t> bf16(f.size());
   for (size_t i = 0; i < f.size(); ++i) {
     uint32_t bits;
@@ -478,7 +478,7 @@ internal::SnapshotRecordData StoredSnapshotRecord(RawDb& raw, int64_t step, std:
   return data.ok() ? *data : internal::SnapshotRecordData();
 }
 
-// 5,000 tensors of which 3 change per snapshot (issue 18, item 4): each
+// 5,000 tensors of which 3 change per snapshot: each
 // later snapshot's metadata is its snapshot record plus the few record
 // groups that changed, far below one record per tensor; every snapshot
 // reads back bitwise; deleting the base keeps the later ones whole; verify
@@ -490,7 +490,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
   constexpr int kSnapshots = 4;
   std::vector<std::vector<std::vector<float>>> versions(kSnapshots);  // [snapshot][tensor]
   versions[0].reserve(kTensors);
-  for (int t = 0; t < kTensors; ++t) versions[0].push_back(RandomFloats(16, 1000 + t));
+  for (int t = 0; t < kTensors; ++t) versions[0].push_back(NormalFloats(16, 1000 + t));
   for (int i = 1; i < kSnapshots; ++i) {
     versions[i] = versions[i - 1];
     for (int k = 0; k < 3; ++k) versions[i][(i * 997 + k * 1601) % kTensors][0] += 1.f;
@@ -648,8 +648,8 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     return m.format_version();
   };
   std::vector<std::vector<float>> small(255), large(256);
-  for (size_t t = 0; t < small.size(); ++t) small[t] = RandomFloats(4, 50 + t);
-  for (size_t t = 0; t < large.size(); ++t) large[t] = RandomFloats(4, 500 + t);
+  for (size_t t = 0; t < small.size(); ++t) small[t] = NormalFloats(4, 50 + t);
+  for (size_t t = 0; t < large.size(); ++t) large[t] = NormalFloats(4, 500 + t);
   auto write = [&](Store& store, int64_t step, const std::vector<std::vector<float>>& tensors) {
     auto writer = store.BeginSnapshot(step);
     ASSERT_TRUE(writer.ok());
@@ -700,10 +700,10 @@ TEST(SnapshotWriterUnchangedTest, ReusesTheRecordWithoutWritingAndSurvivesGc) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(store.ok());
-  auto frozen = RandomFloats(5000, 9);
-  auto trained = RandomFloats(3000, 10);
+  auto frozen = NormalFloats(5000, 9);
+  auto trained = NormalFloats(3000, 10);
   ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &frozen}, {2, &trained}}).ok());
-  auto trained2 = RandomFloats(3000, 11);
+  auto trained2 = NormalFloats(3000, 11);
   auto writer = (*store)->BeginSnapshot(2);
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->AddUnchangedTensor(1, "param", 1).ok());
@@ -736,7 +736,7 @@ TEST(SnapshotWriterUnchangedTest, MissingSourceIsNotFoundAndAbortsTheCommit) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(store.ok());
-  auto a = RandomFloats(100, 12);
+  auto a = NormalFloats(100, 12);
   ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &a}}).ok());
   auto writer = (*store)->BeginSnapshot(2);
   ASSERT_TRUE(writer.ok());
@@ -756,7 +756,7 @@ TEST(SnapshotWriterUnchangedTest, RecordOutlivesItsSnapshotButNotItsChunks) {
   TempDir dir;
   auto store = Store::Open(dir.Sub("s"), SmallChunks());
   ASSERT_TRUE(store.ok());
-  auto frozen = RandomFloats(5000, 13);
+  auto frozen = NormalFloats(5000, 13);
   ASSERT_TRUE(WriteSnapshot(**store, 1, {{1, &frozen}}).ok());
   auto record = (*store)->Tensor(1, 1, "param");
   ASSERT_TRUE(record.ok());
@@ -828,7 +828,7 @@ TEST(SnapshotWriterSharedManifestTest, StoredOnceInThePacksAndAFlippedByteIsFoun
   const std::string layout = SharedBytes(100000, 1);
   const std::string other = SharedBytes(100000, 2);
   const std::string small = SharedBytes(4095, 3);
-  auto a = RandomFloats(16, 1);
+  auto a = NormalFloats(16, 1);
   std::vector<uint64_t> metadata(5);
   {
     auto store = Store::Open(path, SmallChunks());
@@ -941,8 +941,8 @@ TEST(SnapshotWriterSharedManifestTest, LiveThroughCompactionCollectedWithItsLast
   const std::string path = dir.Sub("s");
   const std::string layout = SharedBytes(100000, 1);
   const std::string next_layout = SharedBytes(100000, 2);
-  auto big = RandomFloats(50000, 1);  // 49 incompressible chunks, deleted with step 1
-  auto small = RandomFloats(16, 2);
+  auto big = NormalFloats(50000, 1);  // 49 incompressible chunks, deleted with step 1
+  auto small = NormalFloats(16, 2);
   auto store = Store::Open(path, SmallChunks());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_TRUE(CommitShared(**store, 1, big, layout).ok());
@@ -1004,7 +1004,7 @@ TEST(SnapshotWriterSharedManifestTest, RetentionCollectsALayoutNoKeptSnapshotUse
   options.retention.keep_last = 1;
   const std::string first = SharedBytes(20000, 1);
   const std::string second = SharedBytes(20000, 2);
-  auto a = RandomFloats(16, 1);
+  auto a = NormalFloats(16, 1);
   {
     auto store = Store::Open(path, options);
     ASSERT_TRUE(store.ok()) << store.status().ToString();

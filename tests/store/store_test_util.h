@@ -13,7 +13,9 @@
 
 namespace trainsnap::testing {
 
-inline std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+// n values drawn from N(0, 1): the store tests' data (testing::RandomFloats
+// in store_fixtures.h draws from U(-1, 1)).
+inline std::vector<float> NormalFloats(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<float> v(n);

@@ -1,4 +1,4 @@
-// The manifest's format version 2 (issue 18, item 4): a layout that
+// The manifest's format version 2: a layout that
 // snapshots share and a small per-snapshot part; exact byte counts at 50k
 // parameters, the round trip of every per-snapshot field, the checks of a
 // part that does not fit its layout, and the checkpointer end to end. (The
