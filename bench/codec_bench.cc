@@ -6,6 +6,8 @@
 // Also: the 16-bit float split (filter 3) against the plain shuffle on bf16
 // and fp16 weights and Adam second moments, and XOR-delta encode/decode of a
 // chunk against its previous version after one small optimizer-like update.
+// Plane coding (ChunkCodec::kPlanes, format version 7) is measured beside
+// the whole-chunk Zstd frame of format version 6 (*_frame, planes:0).
 //
 // Add a data set: append to kDataSets. Add a codec variant: append to kVariants.
 
@@ -60,6 +62,24 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 
+// fp32 Adam state: exp_avg (a running mean of gradients, N(0, 1e-3)) and
+// exp_avg_sq (squares of gradients: positive, a wide exponent range).
+std::vector<uint8_t> Fp32AdamMData() {
+  auto f = NormalFloats(kChunkBytes / 4);
+  for (float& x : f) x *= 1e-3f;
+  std::vector<uint8_t> out(kChunkBytes);
+  std::memcpy(out.data(), f.data(), kChunkBytes);
+  return out;
+}
+
+std::vector<uint8_t> Fp32AdamVData() {
+  auto f = NormalFloats(kChunkBytes / 4);
+  for (float& x : f) x = x * x * 1e-6f;
+  std::vector<uint8_t> out(kChunkBytes);
+  std::memcpy(out.data(), f.data(), kChunkBytes);
+  return out;
+}
+
 // Adam's exp_avg_sq: squares of small gradients, positive, a wide exponent range.
 std::vector<uint8_t> Bf16AdamVData() {
   auto f = NormalFloats(kChunkBytes / 2);
@@ -103,22 +123,30 @@ struct DataSet {
 };
 const DataSet kDataSets[] = {
     {"fp32_normal", 4, &Fp32Data},
+    {"fp32_adam_m", 4, &Fp32AdamMData},
+    {"fp32_adam_v", 4, &Fp32AdamVData},
     {"bf16_normal", 2, &Bf16Data},
     {"bf16_adam_v", 2, &Bf16AdamVData},
     {"fp16_weights", 2, &Fp16Data},
 };
 
-enum class Variant { kShuffle, kNoShuffle, kPlainZstd, kFloat16Split };
+// codec_planes / codec_f16split: what the store writes (format version 7:
+// plane coding). The *_frame variants: the same filter as one Zstd frame
+// (format version 6). plain_zstd: Zstd alone, the peer.
+enum class Variant { kShuffle, kShuffleFrame, kNoShuffle, kPlainZstd, kFloat16Split, kFloat16SplitFrame };
 struct VariantInfo {
   const char* name;
   Variant variant;
 };
 const VariantInfo kVariants[] = {
-    {"codec_shuffle", Variant::kShuffle},
+    {"codec_planes", Variant::kShuffle},
+    {"codec_shuffle_frame", Variant::kShuffleFrame},
     {"codec_noshuffle", Variant::kNoShuffle},
     {"plain_zstd", Variant::kPlainZstd},
-    {"codec_f16split", Variant::kFloat16Split},  // 16-bit data sets only
+    {"codec_f16split", Variant::kFloat16Split},             // 16-bit data sets only
+    {"codec_f16split_frame", Variant::kFloat16SplitFrame},  // 16-bit data sets only
 };
+bool Float16Only(Variant v) { return v == Variant::kFloat16Split || v == Variant::kFloat16SplitFrame; }
 
 std::string Encode(const std::vector<uint8_t>& raw, const DataSet& data, Variant variant, int level) {
   std::string out;
@@ -130,8 +158,9 @@ std::string Encode(const std::vector<uint8_t>& raw, const DataSet& data, Variant
   ChunkEncodeOptions o;
   o.zstd_level = level;
   o.element_size = data.element_size;
-  o.shuffle = variant == Variant::kShuffle || variant == Variant::kFloat16Split;
-  o.float16_split = variant == Variant::kFloat16Split;
+  o.shuffle = variant != Variant::kNoShuffle;
+  o.float16_split = Float16Only(variant);
+  o.planes = variant == Variant::kShuffle || variant == Variant::kFloat16Split;
   if (!EncodeChunk(raw.data(), raw.size(), o, &out).ok()) std::abort();
   return out;
 }
@@ -228,10 +257,14 @@ struct DeltaSet {
 };
 const DeltaSet kDeltaSets[] = {{"fp32_small_update", &Fp32Pair}, {"bf16_small_update", &Bf16Pair}};
 
-ChunkEncodeOptions DeltaOptions(const DeltaPair& p) {
+// planes: plane coding (format version 7) or one Zstd frame (version 6).
+// Level 1, the store's default (StoreOptions::zstd_level 0).
+ChunkEncodeOptions DeltaOptions(const DeltaPair& p, bool planes = true) {
   ChunkEncodeOptions o;
+  o.zstd_level = 1;
   o.element_size = p.element_size;
   o.float16_split = p.element_size == 2;
+  o.planes = planes;
   return o;
 }
 
@@ -239,7 +272,7 @@ ChunkEncodeOptions DeltaOptions(const DeltaPair& p) {
 // encoded without the delta, for comparison.
 void BM_EncodeDelta(benchmark::State& state, const DeltaSet& set) {
   const DeltaPair p = set.make();
-  const ChunkEncodeOptions o = DeltaOptions(p);
+  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
   const ChunkHash base{};
   std::string encoded, plain;
   for (auto _ : state) {
@@ -254,7 +287,7 @@ void BM_EncodeDelta(benchmark::State& state, const DeltaSet& set) {
 
 void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
   const DeltaPair p = set.make();
-  const ChunkEncodeOptions o = DeltaOptions(p);
+  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
   std::string encoded;
   if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &encoded).ok()) {
     std::abort();
@@ -271,13 +304,52 @@ void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
 }
 
-// The writer's per-chunk decision: compress a 64 KiB sample plain and XORed.
-void BM_DeltaTrial(benchmark::State& state, const DeltaSet& set) {
+// What a restore does for a delta chunk (ChunkStore::ReadChunkInto): decode
+// the base (a keyframe chunk) into the destination, then the delta onto it
+// in place. Compare with BM_DecodeKeyframe, the same base decoded alone.
+void BM_RestoreDeltaChunk(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
+  std::string base, delta;
+  if (!EncodeChunk(p.before.data(), p.before.size(), o, &base).ok()) std::abort();
+  if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &delta).ok()) std::abort();
+  std::vector<uint8_t> out(p.after.size());
+  for (auto _ : state) {
+    if (!DecodeChunk(base, out.data(), out.size()).ok() || !DecodeChunk(delta, out.data(), out.size(), out.data()).ok()) {
+      state.SkipWithError("decode failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (out != p.after) state.SkipWithError("round trip differs");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+}
+
+void BM_DecodeKeyframe(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
+  std::string base;
+  if (!EncodeChunk(p.before.data(), p.before.size(), o, &base).ok()) std::abort();
+  std::vector<uint8_t> out(p.before.size());
+  for (auto _ : state) {
+    if (!DecodeChunk(base, out.data(), out.size()).ok()) {
+      state.SkipWithError("decode failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (out != p.before) state.SkipWithError("round trip differs");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.before.size()));
+}
+
+// The writer's per-chunk decision: estimate the plain and the XORed
+// encoding from byte histograms (nothing is compressed).
+void BM_DeltaEstimate(benchmark::State& state, const DeltaSet& set) {
   const DeltaPair p = set.make();
   const ChunkEncodeOptions o = DeltaOptions(p);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(SampleCompressedSize(p.after.data(), nullptr, p.after.size(), 64 << 10, o));
-    benchmark::DoNotOptimize(SampleCompressedSize(p.after.data(), p.before.data(), p.after.size(), 64 << 10, o));
+    benchmark::DoNotOptimize(EstimateEncodedSize(p.after.data(), nullptr, p.after.size(), o));
+    benchmark::DoNotOptimize(EstimateEncodedSize(p.after.data(), p.before.data(), p.after.size(), o));
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
 }
@@ -309,7 +381,7 @@ int RegisterAll() {
   for (const DataSet& data : kDataSets) {
     benchmark::RegisterBenchmark(("BM_Shuffle/" + std::string(data.name)).c_str(), BM_Shuffle, data);
     for (const VariantInfo& v : kVariants) {
-      if (v.variant == Variant::kFloat16Split && data.element_size != 2) continue;
+      if (Float16Only(v.variant) && data.element_size != 2) continue;
       const std::string suffix = std::string(data.name) + "/" + v.name;
       benchmark::RegisterBenchmark(("BM_Encode/" + suffix).c_str(), BM_Encode, data, v.variant)
           ->ArgName("level")->Arg(1)->Arg(3);
@@ -318,9 +390,14 @@ int RegisterAll() {
     }
   }
   for (const DeltaSet& set : kDeltaSets) {
-    benchmark::RegisterBenchmark(("BM_EncodeDelta/" + std::string(set.name)).c_str(), BM_EncodeDelta, set);
-    benchmark::RegisterBenchmark(("BM_DecodeDelta/" + std::string(set.name)).c_str(), BM_DecodeDelta, set);
-    benchmark::RegisterBenchmark(("BM_DeltaTrial/" + std::string(set.name)).c_str(), BM_DeltaTrial, set);
+    const std::string name(set.name);
+    benchmark::RegisterBenchmark(("BM_EncodeDelta/" + name).c_str(), BM_EncodeDelta, set)->ArgName("planes")->Arg(1)->Arg(0);
+    benchmark::RegisterBenchmark(("BM_DecodeDelta/" + name).c_str(), BM_DecodeDelta, set)->ArgName("planes")->Arg(1)->Arg(0);
+    benchmark::RegisterBenchmark(("BM_DecodeKeyframe/" + name).c_str(), BM_DecodeKeyframe, set)
+        ->ArgName("planes")->Arg(1)->Arg(0);
+    benchmark::RegisterBenchmark(("BM_RestoreDeltaChunk/" + name).c_str(), BM_RestoreDeltaChunk, set)
+        ->ArgName("planes")->Arg(1)->Arg(0);
+    benchmark::RegisterBenchmark(("BM_DeltaEstimate/" + name).c_str(), BM_DeltaEstimate, set);
     benchmark::RegisterBenchmark(("BM_SmallDelta/" + std::string(set.name)).c_str(), BM_SmallDelta, set)
         ->ArgName("bytes")->Arg(64)->Arg(128)->Arg(256)->Arg(1024)->Arg(2048)->Arg(4096)->Arg(16384)->Arg(65536);
   }

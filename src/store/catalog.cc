@@ -22,13 +22,14 @@ int64_t NowUnixMs() {
 }  // namespace
 
 Status CheckMeta(const proto::StoreMeta& meta, const StoreOptions& options) {
-  if (meta.format_version() != kMetaFormatVersion) {
-    return Status::NotSupported("store format version " + std::to_string(meta.format_version()) +
-                                " is not supported (this build reads version " + std::to_string(kMetaFormatVersion) +
-                                (meta.format_version() < kMetaFormatVersion
-                                     ? ": chunks in pack files, shared manifests; stores of versions 1.." +
-                                           std::to_string(kMetaFormatVersion - 1) + " are not converted)"
-                                     : ")"));
+  if (meta.format_version() < kMinReadableFormatVersion || meta.format_version() > kMetaFormatVersion) {
+    return Status::NotSupported(
+        "store format version " + std::to_string(meta.format_version()) + " is not supported (this build reads versions " +
+        std::to_string(kMinReadableFormatVersion) + ".." + std::to_string(kMetaFormatVersion) +
+        (meta.format_version() < kMinReadableFormatVersion
+             ? ": chunks in pack files, shared manifests; stores of versions 1.." +
+                   std::to_string(kMinReadableFormatVersion - 1) + " are not converted)"
+             : "; it was written by a newer build)"));
   }
   if (meta.hash() != kHashName) {
     return Status::NotSupported("store uses chunk hash \"" + meta.hash() + "\"; this build supports " + kHashName);
@@ -77,6 +78,17 @@ Status Catalog::LoadOrCreateMeta(const StoreOptions& options) {
   proto::StoreMeta meta;
   if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
   TRAINSNAP_RETURN_IF_ERROR(CheckMeta(meta, options));
+  if (!session_.read_only() && meta.format_version() < kMetaFormatVersion) {
+    // Before any chunk of the new codec is written: a build that reads only
+    // the old version then refuses the store instead of finding corruption.
+    const uint32_t old_version = meta.format_version();
+    meta.set_format_version(kMetaFormatVersion);
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    TRAINSNAP_RETURN_IF_ERROR(FromRocks(
+        db()->Put(wo, cf(ColumnFamily::kMeta), kMetaStoreKey, meta.SerializeAsString()), "upgrade the meta record"));
+    upgraded_from_ = old_version;
+  }
   chunk_bytes_ = meta.chunk_bytes();
   format_version_ = meta.format_version();
   return Status::OK();

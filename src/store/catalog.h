@@ -45,9 +45,14 @@ namespace trainsnap::internal {
 // entries (PackEntry); versions 1..4 kept chunk values in RocksDB.
 // 6: snapshot records may reference a shared manifest chunk
 // (SnapshotWriter::SetSharedManifest), which the GC of version 5 builds
-// would delete. No store of an older version is read: an open refuses it
-// with NotSupported naming both versions.
-inline constexpr uint32_t kMetaFormatVersion = 6;
+// would delete.
+// 7: chunks may be plane-coded (ChunkCodec::kPlanes), which builds before
+// it would report as corrupt. A version-6 store is read as it is and
+// upgraded (its meta record rewritten) by the first writable open, before
+// anything is written with the new codec. Older versions are not read: an
+// open refuses them with NotSupported naming both versions.
+inline constexpr uint32_t kMetaFormatVersion = 7;
+inline constexpr uint32_t kMinReadableFormatVersion = 6;
 // Version 3 added the counts record; every store this build reads has it.
 inline constexpr uint32_t kCountsFormatVersion = 3;
 inline constexpr char kMetaStoreKey[] = "store";
@@ -70,8 +75,12 @@ class Catalog {
   // --- the meta record, the counts and the commit log -------------------------------
   // Reads the meta record; a writable store without one (a new store, or a
   // creation that stopped before it) writes it and an empty counts record.
+  // A writable open of an older readable version rewrites the record at
+  // kMetaFormatVersion (one synced write) and sets upgraded_from().
   Status LoadOrCreateMeta(const StoreOptions& options);
   uint32_t format_version() const { return format_version_; }
+  // The version the store had before this open upgraded it; 0 if it did not.
+  uint32_t upgraded_from() const { return upgraded_from_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
   // The counts record at `at`; none for a store of format version < 3,
   // which has none. Corruption when a version-3 store lacks it.
@@ -165,6 +174,7 @@ class Catalog {
   DbSession& session_;
   ChunkStore& chunks_;
   uint32_t format_version_ = 0;  // of the meta record, as opened
+  uint32_t upgraded_from_ = 0;
   size_t chunk_bytes_ = 0;
   // Writable stores: the commit log, written by serialized writers.
   std::unique_ptr<CommitLog> commit_log_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "store/byte_planes.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -22,7 +23,14 @@ inline constexpr size_t kMaxElementSize = 16;
 // A chunk is stored raw unless compression saves at least this fraction.
 inline constexpr double kMinCompressionSaving = 0.03;
 
-enum class ChunkCodec : uint8_t { kRaw = 0, kZstd = 1 };
+enum class ChunkCodec : uint8_t {
+  kRaw = 0,
+  kZstd = 1,  // the filtered chunk as one Zstd frame
+  // The filtered chunk's byte planes, each stored raw or as its own Zstd
+  // frame, behind a table of their stored lengths (docs/format.md, "Plane
+  // coding"). Only with kShuffle, kFloat16Split, or kXorDelta over either.
+  kPlanes = 2,
+};
 enum class ChunkFilter : uint8_t {
   kNone = 0,
   kShuffle = 1,  // byte-plane shuffle by element size
@@ -58,17 +66,17 @@ struct ChunkEncodeOptions {
   bool shuffle = true;      // apply the byte-plane shuffle when element_size > 1
   // With element_size 2 and shuffle: use kFloat16Split instead of kShuffle.
   bool float16_split = false;
+  // Code the filtered chunk plane by plane (ChunkCodec::kPlanes): only the
+  // planes whose estimated entropy is below kCodedPlaneBits go through Zstd.
+  // false: the whole filtered chunk in one Zstd frame (kZstd, the encoding
+  // of builds before format version 7; kept for comparison and tests).
+  bool planes = true;
 };
 
-// Byte-plane shuffle: out[b * n + i] = in[i * width + b] for the n = size /
-// width whole elements; a trailing partial element is copied unchanged.
-// `in` and `out` must not overlap.
-void ShuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out);
-void UnshuffleBytes(const uint8_t* in, size_t size, size_t width, uint8_t* out);
-// kFloat16Split: rotate every 16-bit value left by one bit, then shuffle
-// into two planes; a trailing odd byte is copied unchanged. No overlap.
-void SplitFloat16(const uint8_t* in, size_t size, uint8_t* out);
-void UnsplitFloat16(const uint8_t* in, size_t size, uint8_t* out);
+// A plane is entropy-coded when its estimated order-0 entropy is below this
+// many bits per byte (saving at least 1/16 of it); others are stored raw.
+// A uniformly random plane estimates at ~7.95 (plane_entropy.h).
+inline constexpr double kCodedPlaneBits = 7.5;
 
 // Encodes `size` raw bytes into `out` (replacing its contents).
 // InvalidArgument for a bad element size or level; never fails otherwise.
@@ -82,11 +90,11 @@ Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& optio
 Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const ChunkHash& base_hash,
                         uint8_t base_depth, const ChunkEncodeOptions& options, std::string* out);
 
-// Compressed size of a `sample_bytes` sample from the middle of `raw`
-// (XORed with `base` first when base is not null), filtered as `options`
-// says. Cheap estimate for choosing between plain and delta encoding.
-size_t SampleCompressedSize(const void* raw, const void* base, size_t size, size_t sample_bytes,
-                            const ChunkEncodeOptions& options);
+// Estimated stored bytes of `raw` (XORed with `base` first when base is not
+// null) encoded with `options`, from byte histograms of a sample
+// (plane_entropy.h): no compression is run. Compares plain and delta
+// encodings; accurate to a few percent on float training state.
+size_t EstimateEncodedSize(const void* raw, const void* base, size_t size, const ChunkEncodeOptions& options);
 
 // Parses and validates the header. Corruption on a bad magic, unknown
 // version/codec/filter, non-zero reserved bytes or a bad element size.
@@ -97,6 +105,8 @@ Result<ChunkHeader> ParseChunkHeader(std::string_view encoded);
 // yields a different length. Does not check the hash (the caller does).
 // A kXorDelta chunk needs `base`: the decoded (and hash-checked) raw bytes
 // of the chunk its header names, dst_size bytes; without it: Corruption.
+// `base` may equal `dst` (the restore decodes the base into the destination
+// and applies the delta there); no other overlap is allowed.
 Status DecodeChunk(std::string_view encoded, void* dst, size_t dst_size, const void* base = nullptr);
 
 }  // namespace trainsnap::internal

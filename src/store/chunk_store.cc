@@ -232,13 +232,12 @@ Status ChunkStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
 Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget) {
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
-  // The base's decoded bytes; uninitialised (DecodeChunk writes every byte):
-  // zero-filling a base per delta chunk cost a memset of the chunk's size.
-  std::unique_ptr<uint8_t[]> base;
-  if (header->filter == ChunkFilter::kXorDelta) {
+  const bool delta = header->filter == ChunkFilter::kXorDelta;
+  if (delta) {
     // The base is read and checked like any chunk (its bytes are what the
-    // hash names, whichever encoding the index holds); the budget ends the
-    // recursion.
+    // hash names, whichever encoding the index holds), straight into dst:
+    // the delta is then XORed onto it in place, so a delta costs one more
+    // decode and no buffer. The budget ends the recursion.
     const std::string where = "delta chunk " + ref.hash.Hex() + " (depth " + std::to_string(header->delta_depth) +
                               "): base " + header->base.Hex();
     auto base_entry = LookupEntry(header->base, ChunkReadOptions());
@@ -253,13 +252,12 @@ Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
       return Status::Corruption(where + ": delta chain longer than " + std::to_string(kMaxDeltaDepth) +
                                 " links (a cycle)");
     }
-    base.reset(new uint8_t[ref.raw_bytes]);
     ChunkRef base_ref;
     base_ref.hash = header->base;
     base_ref.raw_bytes = ref.raw_bytes;
-    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.get(), depth_budget - 1).WithContext(where));
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, dst, depth_budget - 1).WithContext(where));
   }
-  Status s = DecodeChunk(value, dst, ref.raw_bytes, base.get());
+  Status s = DecodeChunk(value, dst, ref.raw_bytes, delta ? dst : nullptr);
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
   if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
     return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");

@@ -41,19 +41,17 @@ constexpr uint64_t kGroupEndMask = 63;
 // them changes, and the store stays readable by builds before groups.
 constexpr size_t kMinGroupedRecords = 256;
 
-// Bytes of a chunk compressed twice (plain and XORed) to choose between them.
-constexpr size_t kDeltaSampleBytes = 64 << 10;
 // Bytes a delta chunk costs beyond its Zstd frame that the plain encoding
 // does not: the base hash in the payload and the chunk_deps entry (16-byte
-// key, 16-byte value). The trial charges them to the delta, so that a small
-// chunk takes a delta only when it is smaller all told.
+// key, 16-byte value). The estimate charges them to the delta, so that a
+// small chunk takes a delta only when it is smaller all told.
 constexpr size_t kDeltaFixedBytes = 3 * sizeof(ChunkHash);
-// Chunks (tensors) smaller than this never get a delta trial. Measured with
+// Chunks (tensors) smaller than this never get a delta. Measured with
 // bench/codec_bench BM_SmallDelta (bench/README.md, "Deltas of small
 // tensors"): with the 48 fixed bytes, a delta pays from 128 bytes on for
 // bf16 weights under a small update (90 vs 144 stored bytes) and from 256
 // bytes for fp32 (211 vs 272; 146 vs 144 at 128); at 64 bytes it never
-// does. Below this size the two trial compressions are pure cost.
+// does.
 constexpr size_t kMinDeltaBytes = 128;
 
 std::string TensorName(uint64_t param_id, std::string_view role) {
@@ -178,24 +176,23 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     *depth = 0;
     const ChunkHash* base_hash = nullptr;
     // Delta against the base chunk at the same index, while the store's
-    // policy allows one and a sample says it pays. The sample decides alone:
-    // compressing the whole chunk both ways would double the encoder's CPU
-    // for a few percent of bytes.
+    // policy allows one and the estimate (byte histograms of a sample, see
+    // EstimateEncodedSize) says it pays. The estimate decides alone:
+    // compressing the chunk both ways would double the encoder's CPU for a
+    // few percent of bytes.
     const bool may_delta = encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype &&
                            size >= kMinDeltaBytes && store_->MayDelta(*bases, index);
     if (may_delta) {
       const uint8_t* base = bases->raw.data() + index * bases->chunk;
-      const size_t plain_sample = SampleCompressedSize(data, nullptr, size, kDeltaSampleBytes, encode);
-      const size_t delta_sample = SampleCompressedSize(data, base, size, kDeltaSampleBytes, encode);
-      // The plain encoding stores the sample raw when Zstd does not shrink it.
-      const size_t plain_stored = std::min(plain_sample, std::min(size, kDeltaSampleBytes));
-      if (delta_sample + kDeltaFixedBytes < plain_stored) {
+      const size_t plain_estimate = EstimateEncodedSize(data, nullptr, size, encode);
+      const size_t delta_estimate = EstimateEncodedSize(data, base, size, encode);
+      if (delta_estimate + kDeltaFixedBytes < plain_estimate) {
         TRAINSNAP_ASSIGN_OR_RETURN(bool base_present, PinExisting(bases->hashes[index]));
         if (base_present) {
           TRAINSNAP_RETURN_IF_ERROR(
               EncodeDeltaChunk(data, base, size, bases->hashes[index], bases->depths[index], encode, &encoded));
-          // A delta is always compressed; where even that does not beat raw
-          // storage, the plain encoding below falls back to raw.
+          // Where the delta does not beat raw storage after all, the plain
+          // encoding below is used (and falls back to raw).
           if (encoded.size() < size) {
             *depth = static_cast<uint8_t>(bases->depths[index] + 1);
             *delta = true;

@@ -32,14 +32,27 @@ int main(int argc, char** argv) {
   uint32_t x = 12345;
   for (uint8_t& b : noise) b = static_cast<uint8_t>((x = x * 1103515245 + 12345) >> 16);
   int n = 0;
+  // Plane-coded chunks (format version 7) and single Zstd frames (version
+  // 6), plain and as XOR deltas of the smooth data against a shifted copy.
+  std::vector<float> shifted(smooth.size());
+  for (size_t i = 0; i < shifted.size(); ++i) shifted[i] = smooth[i] * 1.0001f;
   for (size_t width : {1, 2, 4, 8}) {
     for (bool shuffle : {true, false}) {
-      ChunkEncodeOptions o;
-      o.element_size = width;
-      o.shuffle = shuffle;
-      std::string out;
-      if (EncodeChunk(smooth.data(), smooth.size() * 4, o, &out).ok()) Write(chunks, "smooth" + std::to_string(n++), out);
-      if (EncodeChunk(noise.data(), noise.size(), o, &out).ok()) Write(chunks, "noise" + std::to_string(n++), out);
+      for (bool planes : {true, false}) {
+        ChunkEncodeOptions o;
+        o.element_size = width;
+        o.shuffle = shuffle;
+        o.planes = planes;
+        o.float16_split = width == 2 && planes;
+        std::string out;
+        if (EncodeChunk(smooth.data(), smooth.size() * 4, o, &out).ok()) Write(chunks, "smooth" + std::to_string(n++), out);
+        if (EncodeChunk(noise.data(), noise.size(), o, &out).ok()) Write(chunks, "noise" + std::to_string(n++), out);
+        if (EncodeDeltaChunk(shifted.data(), smooth.data(), smooth.size() * 4, HashChunk(smooth.data(), 4096), 0, o,
+                             &out)
+                .ok()) {
+          Write(chunks, "delta" + std::to_string(n++), out);
+        }
+      }
     }
   }
   TensorRecord r;

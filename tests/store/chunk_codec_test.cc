@@ -82,7 +82,7 @@ TEST_P(ChunkCodecWidthTest, RoundTripsCompressibleAndIncompressible) {
     EXPECT_EQ(h.raw_bytes, smooth.size());
     EXPECT_EQ(h.element_size, width);
     if (n >= 1000) {
-      EXPECT_EQ(h.codec, ChunkCodec::kZstd);
+      EXPECT_EQ(h.codec, width > 1 ? ChunkCodec::kPlanes : ChunkCodec::kZstd);
       EXPECT_EQ(h.filter, width > 1 ? ChunkFilter::kShuffle : ChunkFilter::kNone);
       EXPECT_LT(encoded.size(), smooth.size() / 2);
     }
@@ -133,13 +133,21 @@ TEST(ChunkCodecTest, HeaderBytesAreAsDocumented) {
   const auto* p = reinterpret_cast<const uint8_t*>(encoded.data());
   EXPECT_EQ(p[0], 0xC7);  // magic
   EXPECT_EQ(p[1], 1);     // version
-  EXPECT_EQ(p[2], 1);     // zstd
+  EXPECT_EQ(p[2], 2);     // plane coded
   EXPECT_EQ(p[3], 1);     // shuffle
   EXPECT_EQ(p[4], 2);     // element size
   EXPECT_EQ(p[5] | p[6] | p[7], 0);
   EXPECT_EQ(p[8], 2000 & 0xff);  // raw length, little-endian
   EXPECT_EQ(p[9], 2000 >> 8);
   for (int i = 10; i < 16; ++i) EXPECT_EQ(p[i], 0);
+  // The plane table: two little-endian uint32 stored lengths (1000 bytes
+  // per plane), then the planes. Plane 1 is constant (coded), plane 0 too.
+  ASSERT_GE(encoded.size(), 24u);
+  const uint32_t plane0 = p[16] | p[17] << 8 | p[18] << 16 | static_cast<uint32_t>(p[19]) << 24;
+  const uint32_t plane1 = p[20] | p[21] << 8 | p[22] << 16 | static_cast<uint32_t>(p[23]) << 24;
+  EXPECT_LT(plane0, 1000u);
+  EXPECT_LT(plane1, 1000u);
+  EXPECT_EQ(encoded.size(), 24u + plane0 + plane1);
 }
 
 TEST(ChunkCodecTest, RejectsBadOptions) {
@@ -155,10 +163,13 @@ TEST(ChunkCodecTest, RejectsBadOptions) {
   EXPECT_EQ(EncodeChunk(&byte, 1, o, &encoded).code(), StatusCode::kInvalidArgument);
 }
 
+// The whole-chunk Zstd encoding (ChunkCodec::kZstd) of stores written
+// before format version 7; ChunkCodecPlanesTest checks the plane table.
 TEST(ChunkCodecTest, DecodeValidatesStrictly) {
   auto data = Smooth(2000, 4, 9);
   ChunkEncodeOptions o;
   o.element_size = 4;
+  o.planes = false;
   std::string good;
   ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &good).ok());
   ASSERT_EQ(Header(good).codec, ChunkCodec::kZstd);
@@ -294,9 +305,9 @@ TEST(ChunkCodecDeltaTest, RoundTripsAndIsSmallerThanPlain) {
   std::vector<float> out(after.size());
   ASSERT_TRUE(DecodeChunk(delta, out.data(), size, before.data()).ok());
   EXPECT_EQ(std::memcmp(out.data(), after.data(), size), 0);
-  // The sample estimate agrees on which encoding is smaller.
-  EXPECT_LT(SampleCompressedSize(after.data(), before.data(), size, 16384, o),
-            SampleCompressedSize(after.data(), nullptr, size, 16384, o));
+  // The estimate agrees on which encoding is smaller.
+  EXPECT_LT(EstimateEncodedSize(after.data(), before.data(), size, o),
+            EstimateEncodedSize(after.data(), nullptr, size, o));
 }
 
 TEST(ChunkCodecDeltaTest, DecodeNeedsTheBaseAndValidatesTheHeader) {
@@ -318,9 +329,9 @@ TEST(ChunkCodecDeltaTest, DecodeNeedsTheBaseAndValidatesTheHeader) {
   s = DecodeChunk(bad, out.data(), size, before.data());
   EXPECT_NE(s.message().find("bad inner filter 2"), std::string::npos) << s.message();
   bad = delta;
-  bad[2] = 0;  // delta chunks are always zstd
+  bad[2] = 0;  // delta chunks are never raw
   s = DecodeChunk(bad, out.data(), size, before.data());
-  EXPECT_NE(s.message().find("not zstd"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("delta chunk stored raw"), std::string::npos) << s.message();
   s = DecodeChunk(delta.substr(0, 20), out.data(), size, before.data());
   EXPECT_NE(s.message().find("too short for its base hash"), std::string::npos) << s.message();
   // Depth 255 cannot take another level.
@@ -374,6 +385,197 @@ TEST(ChunkCodecFloat16SplitTest, RoundTripsAndIsInvertible) {
   bad[4] = 4;
   Status s = DecodeChunk(bad, out.data(), out.size() * 2);
   EXPECT_NE(s.message().find("16-bit float split with element size 4"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace trainsnap::internal
+
+namespace trainsnap::internal {
+namespace {
+
+std::vector<uint8_t> NormalFp32Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 0.02f);
+  std::vector<uint8_t> out(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = dist(rng);
+    std::memcpy(out.data() + 4 * i, &f, 4);
+  }
+  return out;
+}
+
+// bf16 (rounded to nearest even, as LibTorch does) of N(0, 0.02) values.
+std::vector<uint8_t> NormalBf16Bytes(size_t n, uint32_t seed) {
+  const auto fp32 = NormalFp32Bytes(n, seed);
+  std::vector<uint8_t> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, fp32.data() + 4 * i, 4);
+    const uint16_t bf = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    std::memcpy(out.data() + 2 * i, &bf, 2);
+  }
+  return out;
+}
+
+// The plane table of a plane-coded chunk (after `prefix` bytes).
+std::vector<uint32_t> PlaneLengths(const std::string& encoded, size_t prefix, size_t planes) {
+  std::vector<uint32_t> lengths(planes);
+  for (size_t b = 0; b < planes; ++b) {
+    const auto* p = reinterpret_cast<const uint8_t*>(encoded.data() + prefix + 4 * b);
+    lengths[b] = p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+  }
+  return lengths;
+}
+
+// fp32 training state: the three low planes are noise (stored raw, never
+// given to Zstd); the top plane (sign and exponent) is coded. The chunk is
+// no larger than the whole-chunk Zstd frame of format version 6.
+TEST(ChunkCodecPlanesTest, Fp32CodesOnlyTheTopPlaneAndIsNoLargerThanOneFrame) {
+  const auto data = NormalFp32Bytes(262144, 1);  // one default 1 MiB chunk
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string planes, frame;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &planes).ok());
+  o.planes = false;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &frame).ok());
+  ChunkHeader h = Header(planes);
+  EXPECT_EQ(h.codec, ChunkCodec::kPlanes);
+  EXPECT_EQ(h.filter, ChunkFilter::kShuffle);
+  EXPECT_EQ(Header(frame).codec, ChunkCodec::kZstd);
+  const auto lengths = PlaneLengths(planes, kChunkHeaderBytes, 4);
+  EXPECT_EQ(lengths[0], 262144u);  // raw
+  EXPECT_EQ(lengths[1], 262144u);  // raw
+  EXPECT_LT(lengths[3], 262144u / 2);
+  EXPECT_EQ(planes.size(), kChunkHeaderBytes + 16 + lengths[0] + lengths[1] + lengths[2] + lengths[3]);
+  EXPECT_LE(planes.size(), frame.size() * 1.01) << planes.size() << " vs " << frame.size();
+  EXPECT_EQ(Decode(planes, data.size()), data);
+  EXPECT_EQ(Decode(frame, data.size()), data);
+  // The estimate the delta choice uses is close to what was stored.
+  const double estimate = static_cast<double>(EstimateEncodedSize(data.data(), nullptr, data.size(), o));
+  EXPECT_NEAR(estimate / static_cast<double>(planes.size()), 1.0, 0.05) << estimate << " vs " << planes.size();
+}
+
+TEST(ChunkCodecPlanesTest, Bf16CodesTheExponentPlaneOnly) {
+  const auto data = NormalBf16Bytes(524288, 2);
+  ChunkEncodeOptions o;
+  o.element_size = 2;
+  o.float16_split = true;
+  std::string planes, frame;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &planes).ok());
+  o.planes = false;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &frame).ok());
+  EXPECT_EQ(Header(planes).codec, ChunkCodec::kPlanes);
+  EXPECT_EQ(Header(planes).filter, ChunkFilter::kFloat16Split);
+  const auto lengths = PlaneLengths(planes, kChunkHeaderBytes, 2);
+  EXPECT_EQ(lengths[0], 524288u);      // mantissa and sign: raw
+  EXPECT_LT(lengths[1], 524288u / 2);  // exponent: coded
+  EXPECT_LE(planes.size(), frame.size() * 1.01) << planes.size() << " vs " << frame.size();
+  EXPECT_EQ(Decode(planes, data.size()), data);
+}
+
+// Odd sizes: a trailing partial element is stored after the planes.
+TEST(ChunkCodecPlanesTest, TrailingBytesRoundTrip) {
+  for (size_t extra : {1, 2, 3}) {
+    auto data = NormalFp32Bytes(5000, 3);
+    data.resize(data.size() + extra, 0x5a);
+    ChunkEncodeOptions o;
+    o.element_size = 4;
+    std::string encoded;
+    ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &encoded).ok());
+    EXPECT_EQ(Header(encoded).codec, ChunkCodec::kPlanes);
+    EXPECT_EQ(Decode(encoded, data.size()), data) << extra;
+  }
+}
+
+// A delta goes through the same planes; decoding applies it onto a base
+// that may be the destination itself (how a restore decodes a delta).
+TEST(ChunkCodecPlanesTest, DeltaDecodesInPlaceOverItsBase) {
+  auto [before, after] = SmallUpdate(262144, 4);
+  const size_t size = after.size() * sizeof(float);
+  const ChunkHash base_hash = HashChunk(before.data(), size);
+  for (bool planes : {true, false}) {
+    ChunkEncodeOptions o;
+    o.element_size = 4;
+    o.planes = planes;
+    std::string delta;
+    ASSERT_TRUE(EncodeDeltaChunk(after.data(), before.data(), size, base_hash, 0, o, &delta).ok());
+    EXPECT_EQ(Header(delta).codec, planes ? ChunkCodec::kPlanes : ChunkCodec::kZstd);
+    std::vector<float> in_place = before;
+    ASSERT_TRUE(DecodeChunk(delta, in_place.data(), size, in_place.data()).ok());
+    EXPECT_EQ(std::memcmp(in_place.data(), after.data(), size), 0) << "planes " << planes;
+    std::vector<float> separate(after.size());
+    ASSERT_TRUE(DecodeChunk(delta, separate.data(), size, before.data()).ok());
+    EXPECT_EQ(std::memcmp(separate.data(), after.data(), size), 0) << "planes " << planes;
+  }
+  // bf16 deltas too (split planes, in place).
+  const auto bf_before = NormalBf16Bytes(4099, 5);
+  auto bf_after = bf_before;
+  for (size_t i = 0; i < bf_after.size(); i += 14) bf_after[i] ^= 1;  // a few mantissa bits change
+  ChunkEncodeOptions o;
+  o.element_size = 2;
+  o.float16_split = true;
+  std::string delta;
+  ASSERT_TRUE(EncodeDeltaChunk(bf_after.data(), bf_before.data(), bf_after.size(),
+                               HashChunk(bf_before.data(), bf_before.size()), 0, o, &delta)
+                  .ok());
+  EXPECT_EQ(Header(delta).codec, ChunkCodec::kPlanes);
+  EXPECT_EQ(Header(delta).inner_filter, ChunkFilter::kFloat16Split);
+  auto in_place = bf_before;
+  ASSERT_TRUE(DecodeChunk(delta, in_place.data(), in_place.size(), in_place.data()).ok());
+  EXPECT_EQ(in_place, bf_after);
+}
+
+// Incompressible fp32 bytes (every plane noise): stored raw, and the
+// estimate alone decides it (nothing is compressed).
+TEST(ChunkCodecPlanesTest, NoisePlanesAreStoredRaw) {
+  const auto noise = Noise(1 << 20, 6);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string encoded;
+  ASSERT_TRUE(EncodeChunk(noise.data(), noise.size(), o, &encoded).ok());
+  EXPECT_EQ(Header(encoded).codec, ChunkCodec::kRaw);
+  EXPECT_EQ(encoded.size(), kChunkHeaderBytes + noise.size());
+  EXPECT_EQ(EstimateEncodedSize(noise.data(), nullptr, noise.size(), o), noise.size());
+}
+
+TEST(ChunkCodecPlanesTest, DecodeValidatesThePlaneTable) {
+  const auto data = NormalFp32Bytes(2000, 7);
+  ChunkEncodeOptions o;
+  o.element_size = 4;
+  std::string good;
+  ASSERT_TRUE(EncodeChunk(data.data(), data.size(), o, &good).ok());
+  ASSERT_EQ(Header(good).codec, ChunkCodec::kPlanes);
+  const auto lengths = PlaneLengths(good, kChunkHeaderBytes, 4);
+  ASSERT_EQ(lengths[0], 2000u);
+  ASSERT_LT(lengths[3], 2000u);
+  auto expect_corrupt = [&](const std::string& bad, const std::string& needle) {
+    std::vector<uint8_t> dst(data.size());
+    Status s = DecodeChunk(bad, dst.data(), dst.size());
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  std::string bad = good;
+  bad[16] = static_cast<char>(0xd1);  // plane 0 claims 2001 bytes (0x7d1)
+  expect_corrupt(bad, "plane 0 stores 2001 bytes, more than its 2000 raw bytes");
+  expect_corrupt(good + "x", "1 bytes after the planes, expected a tail of 0");
+  expect_corrupt(good.substr(0, kChunkHeaderBytes + 10), "payload shorter than its plane table");
+  expect_corrupt(good.substr(0, good.size() - 1), "plane-coded chunk");
+  bad = good;
+  bad[3] = 0;  // plane coding needs planes
+  expect_corrupt(bad, "plane coding without byte planes (filter 0, element size 4)");
+  bad = good;
+  bad[4] = 1;
+  expect_corrupt(bad, "plane coding without byte planes (filter 1, element size 1)");
+  bad = good;
+  bad[2] = 3;
+  expect_corrupt(bad, "unknown codec 3");
+  // Plane 3's frame damaged: a Zstd error or, rarely, different bytes.
+  bad = good;
+  const size_t frame_at = kChunkHeaderBytes + 16 + lengths[0] + lengths[1] + lengths[2];
+  bad[frame_at + lengths[3] / 2] = static_cast<char>(bad[frame_at + lengths[3] / 2] ^ 0x55);
+  std::vector<uint8_t> dst(data.size());
+  Status s = DecodeChunk(bad, dst.data(), dst.size());
+  EXPECT_TRUE(s.code() == StatusCode::kCorruption || dst != data);
 }
 
 }  // namespace

@@ -398,7 +398,7 @@ TEST_F(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &value).ok());
     proto::StoreMeta meta;
     ASSERT_TRUE(meta.ParseFromString(value));
-    EXPECT_EQ(meta.format_version(), 6u);
+    EXPECT_EQ(meta.format_version(), 7u);
     EXPECT_EQ(meta.chunk_bytes(), 4096u);
     EXPECT_EQ(meta.hash(), "xxh3-128");
     meta.set_format_version(99);
@@ -406,7 +406,8 @@ TEST_F(RocksStoreTest, FixedOptionsAndFormatVersionAreChecked) {
   }
   auto future = Store::Open(dir.Sub("s"));
   EXPECT_EQ(future.status().code(), StatusCode::kNotSupported);
-  EXPECT_NE(future.status().message().find("store format version 99 is not supported (this build reads version 6)"),
+  EXPECT_NE(future.status().message().find("store format version 99 is not supported (this build reads versions 6..7; it "
+                                                  "was written by a newer build)"),
             std::string::npos)
       << future.status().message();
   EXPECT_NE(future.status().message().find(dir.Sub("s")), std::string::npos);
@@ -873,7 +874,7 @@ TEST_F(RocksStoreTest, OldFormatStoresAreRefusedNamingBothVersions) {
       ASSERT_TRUE(raw.db()->Put(rocksdb::WriteOptions(), raw.meta(), "store", meta.SerializeAsString()).ok());
     }
     const std::string expected = "store format version " + std::to_string(old_version) +
-                                 " is not supported (this build reads version 6: chunks in pack files, shared "
+                                 " is not supported (this build reads versions 6..7: chunks in pack files, shared "
                                  "manifests; stores of versions 1..5 are not converted)";
     for (bool read_only : {false, true}) {
       auto opened = read_only ? Store::OpenReadOnly(path) : Store::Open(path, SmallChunks());

@@ -525,7 +525,7 @@ TEST(SnapshotWriterGroupsTest, UnchangedRecordsAreNotRepeatedAndSurviveTheirFirs
     ASSERT_TRUE(raw.db()->Get(rocksdb::ReadOptions(), raw.meta(), "store", &meta).ok());
     proto::StoreMeta m;
     ASSERT_TRUE(m.ParseFromString(meta));
-    EXPECT_EQ(m.format_version(), 6u);
+    EXPECT_EQ(m.format_version(), 7u);
     std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), raw.tensors()));
     it->SeekToFirst();
     EXPECT_FALSE(it->Valid());  // no per-tensor records
@@ -661,7 +661,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 1, small);
   }
-  EXPECT_EQ(meta_version(), 6u);
+  EXPECT_EQ(meta_version(), 7u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
@@ -673,7 +673,7 @@ TEST(SnapshotWriterGroupsTest, SmallSnapshotsKeepVersionOneAndMixWithGroupedOnes
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     write(**store, 2, large);
   }
-  EXPECT_EQ(meta_version(), 6u);
+  EXPECT_EQ(meta_version(), 7u);
   {
     RawDb raw(path);
     ASSERT_TRUE(raw.ok()) << raw.error();
