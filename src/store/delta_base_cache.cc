@@ -30,12 +30,12 @@ void DeltaBaseCache::Publish(std::vector<std::pair<DeltaBaseKey, std::shared_ptr
     // and at 150,000 tensors erasing and inserting each cost a node and a
     // key copy (to scale linearly with the tensor count).
     auto [it, inserted] = entries_.try_emplace(key);
-    if (!inserted) held_ -= it->second->raw.size();
-    if (held_ + base->raw.size() > budget_) {
+    if (!inserted) held_ -= it->second->RawBytes();
+    if (held_ + base->RawBytes() > budget_) {
       base->raw.clear();
       base->raw.shrink_to_fit();
     }
-    held_ += base->raw.size();
+    held_ += base->RawBytes();
     it->second = std::move(base);
   }
 }

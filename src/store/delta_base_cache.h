@@ -36,9 +36,20 @@ struct DeltaBase {
   std::vector<ChunkHash> hashes;
   std::vector<uint8_t> depths;  // chain depth per chunk (0 = keyframe)
   std::vector<uint8_t> ages;    // kKeyframe: deltas written against the chunk
-  // The base chunks' raw bytes; empty when they did not fit the cache's
-  // budget (the next version is then written without deltas).
-  std::vector<uint8_t> raw;
+  // The base chunks' raw bytes, one buffer per chunk; empty when they did
+  // not fit the cache's budget (the next version is then written without
+  // deltas). With kKeyframe, a chunk written as a delta shares its
+  // keyframe's buffer with the previous DeltaBase instead of copying it: a
+  // capture of deltas copies (and allocates) no base bytes at all. Measured
+  // (bench/README.md, "Plane coding"): the per-capture copy of the whole
+  // tensor, into fresh memory, was a third of a dense capture's encode CPU.
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> raw;
+  // Bytes held by `raw`.
+  size_t RawBytes() const {
+    size_t total = 0;
+    for (const auto& chunk : raw) total += chunk ? chunk->size() : 0;
+    return total;
+  }
 };
 
 using DeltaBaseKey = RecordKey;

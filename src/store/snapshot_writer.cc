@@ -14,6 +14,7 @@
 #include "store/kill_point.h"
 #include "store/parallel_for.h"
 #include "store/records.h"
+#include "store/thread_scratch.h"
 
 namespace trainsnap::internal {
 namespace {
@@ -172,7 +173,11 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     encode.zstd_level = store_->sink_settings().zstd_level;
     encode.element_size = ShuffleWidth(dtype);
     encode.float16_split = UseFloat16Split(dtype);
-    std::string encoded;
+    // Reused per thread: a fresh 1 MiB string per chunk was zero-filled in
+    // freshly faulted pages (a quarter of a dense capture's encode CPU,
+    // bench/README.md "Plane coding").
+    thread_local std::string encoded;
+    ScratchTrim encoded_trim(encoded);
     *depth = 0;
     const ChunkHash* base_hash = nullptr;
     // Delta against the base chunk at the same index, while the store's
@@ -183,7 +188,7 @@ Status SnapshotWriterImpl::AddChunk(const uint8_t* data, size_t size, DType dtyp
     const bool may_delta = encode.compress && has_base && !bases->raw.empty() && bases->dtype == dtype &&
                            size >= kMinDeltaBytes && store_->MayDelta(*bases, index);
     if (may_delta) {
-      const uint8_t* base = bases->raw.data() + index * bases->chunk;
+      const uint8_t* base = bases->raw[index]->data();
       const size_t plain_estimate = EstimateEncodedSize(data, nullptr, size, encode);
       const size_t delta_estimate = EstimateEncodedSize(data, base, size, encode);
       if (delta_estimate + kDeltaFixedBytes < plain_estimate) {
@@ -376,22 +381,24 @@ Status SnapshotWriterImpl::AddTensor(const TensorView& tensor) {
   next->hashes.resize(n);
   next->depths.resize(n, kUnknownDeltaDepth);
   next->ages.resize(n, 0);
-  if (deltas && tensor.size_bytes <= store_->DeltaBaseBudget()) next->raw.resize(tensor.size_bytes);
+  if (deltas && tensor.size_bytes <= store_->DeltaBaseBudget()) next->raw.resize(n);
   const bool keep_keyframes = store_->DeltaKeepsKeyframe();
   Status s = ParallelFor(store_->pool(), n, [&](size_t i) {
     const size_t offset = i * chunk;
     const size_t size = std::min(chunk, tensor.size_bytes - offset);
     bool delta = false;
     Status cs = AddChunk(base + offset, size, tensor.dtype, bases.get(), i, &record.chunks[i], &next->depths[i], &delta);
-    const uint8_t* source = base + offset;
     next->hashes[i] = record.chunks[i].hash;
-    if (cs.ok() && delta && keep_keyframes) {
+    const bool keyframe_stays = cs.ok() && delta && keep_keyframes;
+    if (keyframe_stays) {
       next->hashes[i] = bases->hashes[i];
       next->depths[i] = bases->depths[i];
       next->ages[i] = static_cast<uint8_t>(bases->ages[i] + 1);
-      source = bases->raw.data() + offset;
     }
-    if (!next->raw.empty()) std::memcpy(next->raw.data() + offset, source, size);
+    if (!next->raw.empty()) {
+      const uint8_t* source = base + offset;
+      next->raw[i] = keyframe_stays ? bases->raw[i] : std::make_shared<const std::vector<uint8_t>>(source, source + size);
+    }
     return cs;
   });
 

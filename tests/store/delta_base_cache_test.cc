@@ -12,7 +12,7 @@ std::shared_ptr<DeltaBase> Base(size_t raw_bytes, uint8_t fill) {
   b->chunk = raw_bytes;
   b->hashes.resize(1);
   b->depths = {3};
-  b->raw.assign(raw_bytes, fill);
+  b->raw = {std::make_shared<const std::vector<uint8_t>>(raw_bytes, fill)};
   return b;
 }
 
@@ -33,9 +33,28 @@ TEST(DeltaBaseCacheTest, PublishReplacesAndKeepsWithinBudget) {
   cache.Publish({{{1, "param"}, Base(70, 4)}});
   auto first = cache.Find({1, "param"});
   ASSERT_NE(first, nullptr);
-  EXPECT_EQ(first->raw, std::vector<uint8_t>(70, 4));
+  ASSERT_EQ(first->raw.size(), 1u);
+  EXPECT_EQ(*first->raw[0], std::vector<uint8_t>(70, 4));
   EXPECT_EQ(cache.held_bytes(), 100u);
   EXPECT_EQ(cache.Find({1, "exp_avg"}), nullptr);
+}
+
+// Consecutive versions share the buffers of the chunks whose keyframe
+// stays: each is counted once, by the entry that holds it.
+TEST(DeltaBaseCacheTest, SharedChunkBuffersAreCountedByTheEntryThatHoldsThem) {
+  DeltaBaseCache cache;
+  cache.SetBudget(1000);
+  auto v1 = Base(0, 0);
+  v1->raw = {std::make_shared<const std::vector<uint8_t>>(100, 1), std::make_shared<const std::vector<uint8_t>>(50, 2)};
+  cache.Publish({{{1, "param"}, v1}});
+  EXPECT_EQ(cache.held_bytes(), 150u);
+  auto v2 = std::make_shared<DeltaBase>(*cache.Find({1, "param"}));  // chunk 0 a delta: its keyframe stays
+  v2->raw[1] = std::make_shared<const std::vector<uint8_t>>(50, 3);
+  cache.Publish({{{1, "param"}, v2}});
+  EXPECT_EQ(cache.held_bytes(), 150u);
+  auto found = cache.Find({1, "param"});
+  EXPECT_EQ(found->raw[0].get(), v1->raw[0].get());
+  EXPECT_EQ((*found->raw[1])[0], 3);
 }
 
 }  // namespace
