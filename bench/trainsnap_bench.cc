@@ -44,11 +44,52 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// CPU seconds of the calling thread, and of the whole process (all threads).
+double CpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+double ThreadCpuSeconds() { return CpuSeconds(CLOCK_THREAD_CPUTIME_ID); }
+double ProcessCpuSeconds() { return CpuSeconds(CLOCK_PROCESS_CPUTIME_ID); }
+
+// One pass of the loop-overhead measurement: K steps, with or without a
+// CaptureAsync after each. `thread_cpu_s` is the training thread's CPU,
+// `process_cpu_s` that of every thread (the pipeline's, the store's pool's,
+// RocksDB's and the training thread's).
+struct LoopPass {
+  double wall_s = 0;
+  double thread_cpu_s = 0;
+  double process_cpu_s = 0;
+  int64_t committed = 0;
+};
+
+// A round: the pass without captures, then the one with them.
+struct LoopRound {
+  LoopPass without, with;
+  double OverheadPct() const {
+    return without.wall_s > 0 ? 100.0 * (with.wall_s - without.wall_s) / without.wall_s : 0;
+  }
+  // Per committed snapshot: what the captures cost the training thread, and
+  // every other thread (the difference of the two passes, so the training's
+  // own CPU cancels).
+  double TrainingThreadCpuPerSnapshot() const {
+    return with.committed > 0 ? (with.thread_cpu_s - without.thread_cpu_s) / static_cast<double>(with.committed) : 0;
+  }
+  double OtherThreadsCpuPerSnapshot() const {
+    const double others = (with.process_cpu_s - with.thread_cpu_s) - (without.process_cpu_s - without.thread_cpu_s);
+    return with.committed > 0 ? others / static_cast<double>(with.committed) : 0;
+  }
+};
+
 struct BenchOptions {
   int64_t snapshots = 50;
   // CheckpointerOptions::overhead_budget of the loop-overhead pass only (the
   // measured pass waits for every snapshot); 0 = off.
   double overhead_budget = 0;
+  // Rounds of the loop-overhead measurement (each: K steps without, then K
+  // with captures), interleaved so that load drift hits both alike.
+  int overhead_rounds = 3;
   std::vector<std::string> workloads = {"lora", "dense", "bf16"};
   std::string dir = "/tmp/trainsnap_bench";
   std::string json_path;
@@ -93,9 +134,11 @@ struct WorkloadResult {
   int64_t trainable_params = 0;
   int64_t frozen_params = 0;
   std::vector<Sample> samples;
+  // The loop-overhead rounds; the figures below are their medians.
+  std::vector<LoopRound> loop_rounds;
   double loop_without_s = 0;  // K steps, no snapshots
   double loop_with_s = 0;     // K steps, CaptureAsync after each, Flush at the end
-  int64_t loop_committed = 0;  // of those K captures, the ones overhead_budget did not skip
+  int64_t loop_committed = 0;  // of those K captures, the ones overhead_budget did not skip (median)
   double memcpy_s = 0;
   DiskUsageBytes store_du;
   double restore_first_s = 0, restore_last_s = 0;
@@ -319,18 +362,23 @@ Result<WorkloadResult> RunWorkload(const BenchOptions& opt, const WorkloadConfig
   }
   if (!opt.keep) fs::remove_all(dir, ec);
 
-  // 3. The loop overhead: K steps without snapshots, then the same K steps
-  //    from the same seed with a CaptureAsync after every step and nothing
-  //    else (no peers, no waits), Flush included, into a fresh store. The two
-  //    loops run back to back so that a shared machine's load is alike.
-  {
-    auto w = Workload::Create(config, /*init_seed=*/1);
-    auto start = Clock::now();
-    for (int64_t i = 1; i <= opt.snapshots; ++i) w->Step(i);
-    res.loop_without_s = SecondsSince(start);
-    std::cerr << res.name << ": loop without capture " << res.loop_without_s << " s\n";
-  }
-  {
+  // 3. The loop overhead, in rounds: K steps without snapshots, then the
+  //    same K steps from the same seed with a CaptureAsync after every step
+  //    and nothing else (no peers, no waits), Flush included, into a fresh
+  //    store. The passes alternate (ABAB...) so that a shared machine's load
+  //    drift hits both; the medians are reported with their ranges.
+  for (int round = 0; round < std::max(1, opt.overhead_rounds); ++round) {
+    LoopRound r;
+    {
+      auto w = Workload::Create(config, /*init_seed=*/1);
+      const double thread0 = ThreadCpuSeconds(), process0 = ProcessCpuSeconds();
+      auto start = Clock::now();
+      for (int64_t i = 1; i <= opt.snapshots; ++i) w->Step(i);
+      r.without.wall_s = SecondsSince(start);
+      r.without.thread_cpu_s = ThreadCpuSeconds() - thread0;
+      r.without.process_cpu_s = ProcessCpuSeconds() - process0;
+      std::cerr << res.name << ": round " << round + 1 << ", loop without capture " << r.without.wall_s << " s\n";
+    }
     const std::string overhead_path = (dir / "store_overhead").string();
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> overhead_store, Store::Open(overhead_path, store_options));
     auto ow = Workload::Create(config, /*init_seed=*/1);
@@ -338,20 +386,36 @@ Result<WorkloadResult> RunWorkload(const BenchOptions& opt, const WorkloadConfig
     budgeted.overhead_budget = opt.overhead_budget;
     TRAINSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
                                Checkpointer::Open(*overhead_store, budgeted));
+    const double thread0 = ThreadCpuSeconds(), process0 = ProcessCpuSeconds();
     auto start = Clock::now();
     for (int64_t i = 1; i <= opt.snapshots; ++i) {
       ow->Step(i);
       Result<CaptureHandle> handle = checkpointer->CaptureAsync(i, StateOf(*ow));
       if (!handle.ok()) return handle.status().WithContext(res.name + ": overhead pass, step " + std::to_string(i));
-      if (!handle->skipped()) ++res.loop_committed;
-      std::cerr << "\r" << res.name << ": overhead pass " << i << "/" << opt.snapshots << std::flush;
+      if (!handle->skipped()) ++r.with.committed;
+      std::cerr << "\r" << res.name << ": round " << round + 1 << ", overhead pass " << i << "/" << opt.snapshots
+                << std::flush;
     }
     TRAINSNAP_RETURN_IF_ERROR(checkpointer->Flush().WithContext(res.name + ": overhead pass"));
-    res.loop_with_s = SecondsSince(start);
+    r.with.wall_s = SecondsSince(start);
+    r.with.thread_cpu_s = ThreadCpuSeconds() - thread0;
+    r.with.process_cpu_s = ProcessCpuSeconds() - process0;
     checkpointer.reset();
     std::cerr << "\n";
     overhead_store.reset();
     fs::remove_all(overhead_path, ec);
+    res.loop_rounds.push_back(r);
+  }
+  {
+    std::vector<double> without, with, committed;
+    for (const LoopRound& r : res.loop_rounds) {
+      without.push_back(r.without.wall_s);
+      with.push_back(r.with.wall_s);
+      committed.push_back(static_cast<double>(r.with.committed));
+    }
+    res.loop_without_s = Median(without);
+    res.loop_with_s = Median(with);
+    res.loop_committed = static_cast<int64_t>(Median(committed));
   }
   if (!opt.keep) fs::remove_all(dir, ec);
   res.wall_s = SecondsSince(wall_start);
@@ -425,7 +489,23 @@ json ResultJson(const WorkloadResult& r) {
   const std::optional<double> cold_first = ratio_of(r.cold_restore_first_s, r.cold_load_first_s);
   const std::optional<double> cold_last = ratio_of(r.cold_restore_last_s, r.cold_load_last_s);
   const bool raw = r.store_compress == false;
-  double overhead_pct = r.loop_without_s > 0 ? 100.0 * (r.loop_with_s - r.loop_without_s) / r.loop_without_s : 0;
+  // The overhead of each round (its own pair of passes), then the median.
+  std::vector<double> round_overheads, round_thread_cpu, round_other_cpu;
+  json rounds = json::array();
+  for (const LoopRound& round : r.loop_rounds) {
+    round_overheads.push_back(round.OverheadPct());
+    round_thread_cpu.push_back(round.TrainingThreadCpuPerSnapshot());
+    round_other_cpu.push_back(round.OtherThreadsCpuPerSnapshot());
+    rounds.push_back({{"without_capture_s", round.without.wall_s},
+                      {"with_capture_s", round.with.wall_s},
+                      {"overhead_pct", round.OverheadPct()},
+                      {"snapshots_committed", round.with.committed},
+                      {"training_thread_cpu_per_snapshot_s", round.TrainingThreadCpuPerSnapshot()},
+                      {"other_threads_cpu_per_snapshot_s", round.OtherThreadsCpuPerSnapshot()}});
+  }
+  const double overhead_pct = round_overheads.empty() ? 0 : Median(round_overheads);
+  const double overhead_min = round_overheads.empty() ? 0 : *std::min_element(round_overheads.begin(), round_overheads.end());
+  const double overhead_max = round_overheads.empty() ? 0 : *std::max_element(round_overheads.begin(), round_overheads.end());
   // The CPU a snapshot costs against a step, from the measured run alone (the
   // pipeline's persist time with training idle, over the step time): what
   // the overhead would be if the encoder could not overlap training at all.
@@ -526,7 +606,12 @@ json ResultJson(const WorkloadResult& r) {
        {{"without_capture_s", r.loop_without_s},
         {"with_capture_s", r.loop_with_s},
         {"overhead_pct", overhead_pct},
+        {"overhead_pct_min", overhead_min},
+        {"overhead_pct_max", overhead_max},
         {"snapshots_committed", r.loop_committed},
+        {"training_thread_cpu_per_snapshot_s", round_thread_cpu.empty() ? 0 : Median(round_thread_cpu)},
+        {"other_threads_cpu_per_snapshot_s", round_other_cpu.empty() ? 0 : Median(round_other_cpu)},
+        {"rounds", rounds},
         {"persist_vs_step_pct", persist_vs_step_pct},
         {"step_median_s", Median(Collect(s, [&](const Sample& x) { return opt(x.step_s); }))}}},
       {"targets",
@@ -603,9 +688,15 @@ void PrintTable(const json& results) {
     }
     o << "  loop of K steps           " << Fmt("%.2f s", l["without_capture_s"].get<double>()) << " without, "
       << Fmt("%.2f s", l["with_capture_s"].get<double>()) << " with capture -> overhead "
-      << Fmt("%+.1f%%", l["overhead_pct"].get<double>()) << " (persist time / step time, not overlapped: "
+      << Fmt("%+.1f%%", l["overhead_pct"].get<double>()) << " (median of " << l["rounds"].size()
+      << " interleaved rounds, range " << Fmt("%+.1f", l["overhead_pct_min"].get<double>()) << ".."
+      << Fmt("%+.1f%%", l["overhead_pct_max"].get<double>()) << "; persist time / step time, not overlapped: "
       << Fmt("%.1f%%", l["persist_vs_step_pct"].get<double>()) << "), "
       << l["snapshots_committed"].get<int64_t>() << " snapshots committed\n";
+    o << "  CPU per snapshot          training thread "
+      << Fmt("%.1f ms", 1e3 * l["training_thread_cpu_per_snapshot_s"].get<double>()) << ", other threads "
+      << Fmt("%.1f ms", 1e3 * l["other_threads_cpu_per_snapshot_s"].get<double>())
+      << " (pipeline, store pool, RocksDB; medians over the rounds)\n";
     o << "  issue-6 targets           ";
     for (const auto& [name, t] : w["targets"].items()) {
       o << name << " " << Fmt("%.3g", t["value"].get<double>()) << (t["met"].get<bool>() ? " (met) " : " (not met) ");
@@ -705,6 +796,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-compress", opt.no_compress, "store chunks raw (StoreOptions::compress = false)");
   app.add_option("--worker-nice", opt.worker_nice, "StoreOptions::worker_nice (0 = normal priority)")
       ->check(CLI::Range(0, 19));
+  app.add_option("--overhead-rounds", opt.overhead_rounds,
+                 "rounds of the loop-overhead measurement (each K steps without, then K with captures)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--overhead-budget", opt.overhead_budget,
                  "CheckpointerOptions::overhead_budget of the loop-overhead pass (0 = off, every capture commits)")
       ->check(CLI::Range(0.0, 0.999));
@@ -745,6 +839,7 @@ int Main(int argc, char** argv) {
     quick("--bf16-width", opt.bf16.width, int64_t{128});
     quick("--bf16-blocks", opt.bf16.blocks, int64_t{2});
     quick("--full-peer-every", opt.full_peer_every, 1);
+    quick("--overhead-rounds", opt.overhead_rounds, 1);
   }
   opt.workloads.clear();
   std::stringstream ss(workloads);
@@ -794,6 +889,7 @@ int Main(int argc, char** argv) {
              {"worker_nice", opt.worker_nice},
              {"reps", opt.reps},
              {"overhead_budget", opt.overhead_budget},
+             {"overhead_rounds", opt.overhead_rounds},
              {"full_peer_every", opt.full_peer_every},
              {"lora_model_state", opt.lora_model_state},
              {"cold", opt.cold},
