@@ -229,21 +229,24 @@ Status ChunkStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
   return s;
 }
 
-Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget) {
+Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget,
+                                 bool check_hash) {
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
   const bool delta = header->filter == ChunkFilter::kXorDelta;
+  std::string base_value;
+  ChunkRef base_ref;
+  std::string where;
   if (delta) {
-    // The base is read and checked like any chunk (its bytes are what the
-    // hash names, whichever encoding the index holds), straight into dst:
-    // the delta is then XORed onto it in place, so a delta costs one more
-    // decode and no buffer. The budget ends the recursion.
-    const std::string where = "delta chunk " + ref.hash.Hex() + " (depth " + std::to_string(header->delta_depth) +
-                              "): base " + header->base.Hex();
+    // The base is read like any chunk (its bytes are what the hash names,
+    // whichever encoding the index holds), straight into dst: the delta is
+    // then XORed onto it in place, so a delta costs one more decode and no
+    // buffer. The budget ends the recursion.
+    where = "delta chunk " + ref.hash.Hex() + " (depth " + std::to_string(header->delta_depth) + "): base " +
+            header->base.Hex();
     auto base_entry = LookupEntry(header->base, ChunkReadOptions());
     if (!base_entry.ok()) return base_entry.status().WithContext(where);
     if (!base_entry->has_value()) return Status::Corruption(where + ": missing from the store");
-    std::string base_value;
     Status read = ReadChunkValue(header->base, ChunkReadOptions(), &base_value);
     if (!read.ok()) return read.WithContext(where);
     auto base_header = ParseChunkHeader(base_value);
@@ -252,17 +255,20 @@ Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
       return Status::Corruption(where + ": delta chain longer than " + std::to_string(kMaxDeltaDepth) +
                                 " links (a cycle)");
     }
-    ChunkRef base_ref;
     base_ref.hash = header->base;
     base_ref.raw_bytes = ref.raw_bytes;
-    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, dst, depth_budget - 1).WithContext(where));
+    TRAINSNAP_RETURN_IF_ERROR(
+        ReadChunkInto(base_ref, base_value, dst, depth_budget - 1, /*check_hash=*/false).WithContext(where));
   }
   Status s = DecodeChunk(value, dst, ref.raw_bytes, delta ? dst : nullptr);
   if (!s.ok()) return s.WithContext("chunk " + ref.hash.Hex());
-  if (!(HashChunk(dst, ref.raw_bytes) == ref.hash)) {
-    return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
+  if (!check_hash || HashChunk(dst, ref.raw_bytes) == ref.hash) return Status::OK();
+  if (delta) {
+    // Which one is damaged: the base, checked on its own, or the delta.
+    std::unique_ptr<uint8_t[]> base(new uint8_t[ref.raw_bytes]);
+    TRAINSNAP_RETURN_IF_ERROR(ReadChunkInto(base_ref, base_value, base.get(), depth_budget - 1).WithContext(where));
   }
-  return Status::OK();
+  return Status::Corruption("chunk " + ref.hash.Hex() + ": hash mismatch");
 }
 
 Status ChunkStore::ReadTensors(const std::vector<TensorRead>& reads) {

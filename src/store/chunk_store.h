@@ -114,13 +114,18 @@ class ChunkStore {
   // *out. Corruption when the index lacks it or its pack is short.
   Status ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
-  // checks its hash; a delta chunk's base is read, decoded and hash-checked
-  // first (recursively). The base's depth is not checked against the
-  // delta's header: the base's bytes are what its hash names, whichever
-  // encoding holds them (captures in flight share one encoding of a chunk,
-  // ChunkRegistry; a store written before that may index another one). A
-  // chain longer than `depth_budget` links (a cycle) is Corruption.
-  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget = kMaxDeltaDepth);
+  // checks its hash; a delta chunk's base is read and decoded into dst first
+  // (recursively), and the delta applied there. Only the result is hashed:
+  // when it does not match, the base is decoded again on its own and
+  // checked, so that the error names the damaged chunk (the base or the
+  // delta). The base's depth is not checked against the delta's header: the
+  // base's bytes are what its hash names, whichever encoding holds them
+  // (captures in flight share one encoding of a chunk, ChunkRegistry; a
+  // store written before that may index another one). A chain longer than
+  // `depth_budget` links (a cycle) is Corruption. `check_hash` false: the
+  // caller checks the bytes (a delta's base, checked through the delta).
+  Status ReadChunkInto(const ChunkRef& ref, std::string_view value, uint8_t* dst, int depth_budget = kMaxDeltaDepth,
+                       bool check_hash = true);
   // The raw bytes of a metadata chunk (a record group, a shared manifest),
   // read and hash-checked at `ro`; errors name `where`.
   Result<std::string> ReadMetadataChunk(const ChunkRef& chunk, const std::string& where,

@@ -4,10 +4,15 @@
 // snapshots that need lost chunks are named by step.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "store/chunk_hash.h"
 #include "store/pack_set.h"
 #include "store/store_test_util.h"
 #include "testing/status_matchers.h"
@@ -149,6 +154,66 @@ TEST(DamagedPackTest, ATruncatedPackNoLongerBlocksGarbageCollection) {
   auto gc = (*store)->CollectGarbage();
   ASSERT_OK(gc);
   EXPECT_TRUE(gc->damaged_steps.empty());
+}
+
+// A delta chunk is restored by decoding its base into the destination and
+// XORing the delta onto it; only the result is hashed. When a base's pack
+// bytes are flipped (a raw base: its decode cannot notice), the mismatch is
+// traced back and the error names the base, not the delta.
+TEST(DamagedPackTest, AFlippedDeltaBaseIsNamedByTheDeltasRead) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  // One 16 KiB chunk of random bit patterns (incompressible: stored raw),
+  // then the same with a few values changed (stored as a delta of it).
+  std::vector<float> v0(4096), v1;
+  std::mt19937 rng(9);
+  for (float& x : v0) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    std::memcpy(&x, &bits, 4);
+  }
+  v1 = v0;
+  for (size_t i = 0; i < 16; ++i) v1[i * 100] = 1.0f;
+  const ChunkHash h0 = internal::HashChunk(v0.data(), v0.size() * 4);
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_OK(store);
+    ASSERT_OK(WriteSnapshot(**store, 1, {{1, &v0}}));
+    ASSERT_OK(WriteSnapshot(**store, 2, {{1, &v1}}));
+    auto record = (*store)->Tensor(2, 1, "param");
+    ASSERT_OK(record);
+    ASSERT_EQ(record->chunks.size(), 1u);
+    ASSERT_LT(record->chunks[0].stored_bytes, 4096u);  // a delta
+  }
+  // Flip one byte of v0's stored bytes in the pack.
+  const std::string pack = Pack(path, 1);
+  std::string bytes;
+  {
+    std::ifstream in(pack, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(v0.data()), 64));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1000] = static_cast<char>(bytes[at + 1000] ^ 0x10);
+  {
+    std::ofstream out(pack, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto store = Store::OpenReadOnly(path);
+  ASSERT_OK(store);
+  for (int64_t step : {1, 2}) {
+    auto record = (*store)->Tensor(step, 1, "param");
+    ASSERT_OK(record);
+    std::vector<float> out(4096);
+    Status s = (*store)->ReadTensor(*record, out.data(), out.size() * 4);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << "step " << step;
+    // Step 2 names the delta and, last, its base as the damaged chunk.
+    EXPECT_NE(s.message().find("chunk " + h0.Hex() + ": hash mismatch"), std::string::npos) << s.message();
+    if (step == 2) {
+      EXPECT_NE(s.message().find("): base " + h0.Hex() + ": chunk " + h0.Hex() + ": hash mismatch"),
+                std::string::npos)
+          << s.message();
+    }
+  }
 }
 
 }  // namespace
