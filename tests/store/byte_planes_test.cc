@@ -6,15 +6,12 @@
 #include <random>
 #include <vector>
 
+#include "store/codec_test_data.h"
+
 namespace trainsnap::internal {
 namespace {
 
-std::vector<uint8_t> Noise(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& x : v) x = static_cast<uint8_t>(rng());
-  return v;
-}
+using codec_test::Noise;
 
 // The definition, one byte at a time.
 std::vector<uint8_t> ReferenceShuffle(const std::vector<uint8_t>& in, size_t width) {

@@ -8,16 +8,12 @@
 #include <vector>
 
 #include "store/chunk_hash.h"
+#include "store/codec_test_data.h"
 
 namespace trainsnap::internal {
 namespace {
 
-std::vector<uint8_t> Noise(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& x : v) x = static_cast<uint8_t>(rng());
-  return v;
-}
+using codec_test::Noise;
 
 // Slowly growing values of `width` bytes each: compressible at every width.
 std::vector<uint8_t> Smooth(size_t n_elements, size_t width, uint32_t seed) {
@@ -393,29 +389,8 @@ TEST(ChunkCodecFloat16SplitTest, RoundTripsAndIsInvertible) {
 namespace trainsnap::internal {
 namespace {
 
-std::vector<uint8_t> NormalFp32Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 0.02f);
-  std::vector<uint8_t> out(n * 4);
-  for (size_t i = 0; i < n; ++i) {
-    const float f = dist(rng);
-    std::memcpy(out.data() + 4 * i, &f, 4);
-  }
-  return out;
-}
-
-// bf16 (rounded to nearest even, as LibTorch does) of N(0, 0.02) values.
-std::vector<uint8_t> NormalBf16Bytes(size_t n, uint32_t seed) {
-  const auto fp32 = NormalFp32Bytes(n, seed);
-  std::vector<uint8_t> out(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, fp32.data() + 4 * i, 4);
-    const uint16_t bf = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-    std::memcpy(out.data() + 2 * i, &bf, 2);
-  }
-  return out;
-}
+using codec_test::NormalBf16Bytes;
+using codec_test::NormalFp32Bytes;
 
 // The plane table of a plane-coded chunk (after `prefix` bytes).
 std::vector<uint32_t> PlaneLengths(const std::string& encoded, size_t prefix, size_t planes) {

@@ -6,19 +6,12 @@
 #include <random>
 #include <vector>
 
+#include "store/codec_test_data.h"
+
 namespace trainsnap::internal {
 namespace {
 
-std::vector<uint8_t> NormalFp32(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 0.02f);
-  std::vector<uint8_t> out(n * 4);
-  for (size_t i = 0; i < n; ++i) {
-    const float f = dist(rng);
-    std::memcpy(out.data() + 4 * i, &f, 4);
-  }
-  return out;
-}
+using codec_test::NormalFp32Bytes;
 
 TEST(PlaneEntropyTest, ConstantRandomAndTwoValuedPlanes) {
   // Plane 0 constant, plane 1 uniformly random, plane 2 two values, plane 3 four.
@@ -39,7 +32,7 @@ TEST(PlaneEntropyTest, ConstantRandomAndTwoValuedPlanes) {
 }
 
 TEST(PlaneEntropyTest, Fp32WeightsHaveOneCompressiblePlaneAndTheirDeltaMore) {
-  const auto before = NormalFp32(262144, 2);  // a 1 MiB chunk
+  const auto before = NormalFp32Bytes(262144, 2);  // a 1 MiB chunk
   std::vector<uint8_t> after = before;
   std::mt19937 rng(3);
   std::normal_distribution<float> noise(0.f, 1e-4f);
@@ -64,7 +57,7 @@ TEST(PlaneEntropyTest, Fp32WeightsHaveOneCompressiblePlaneAndTheirDeltaMore) {
 }
 
 TEST(PlaneEntropyTest, Float16SplitPutsTheExponentInTheHighPlane) {
-  const auto fp32 = NormalFp32(65536, 4);
+  const auto fp32 = NormalFp32Bytes(65536, 4);
   std::vector<uint8_t> bf16(65536 * 2);
   for (size_t i = 0; i < 65536; ++i) std::memcpy(bf16.data() + 2 * i, fp32.data() + 4 * i + 2, 2);  // truncation
   double bits[2];
