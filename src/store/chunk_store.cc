@@ -234,7 +234,14 @@ Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
   auto header = ParseChunkHeader(value);
   if (!header.ok()) return header.status().WithContext("chunk " + ref.hash.Hex());
   const bool delta = header->filter == ChunkFilter::kXorDelta;
-  std::string base_value;
+  // The base's stored bytes, in a per-thread buffer per chain level (a
+  // deeper level reads its own base while this one's is still in use),
+  // sized once: a fresh string per delta chunk was an allocation and a
+  // zero-fill of the chunk's size before every base read.
+  thread_local std::vector<std::string> base_buffers(static_cast<size_t>(kMaxDeltaDepth) + 1);
+  const int level = kMaxDeltaDepth - std::clamp(depth_budget, 0, int{kMaxDeltaDepth});
+  std::string& base_value = base_buffers[static_cast<size_t>(level)];
+  ScratchTrim base_trim(base_value);
   ChunkRef base_ref;
   std::string where;
   if (delta) {
