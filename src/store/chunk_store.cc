@@ -178,15 +178,19 @@ Status ChunkStore::ChunkGone(const ChunkHash& hash) {
 Status ChunkStore::ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out) {
   TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, LookupEntry(hash, ro));
   if (!entry) return Status::Corruption("chunk " + hash.Hex() + ": referenced but missing from the store");
-  Status s = packs_->ReadEncoded(*entry, out);
+  return ReadChunkValueAt(hash, *entry, out);
+}
+
+Status ChunkStore::ReadChunkValueAt(const ChunkHash& hash, const PackEntry& entry, std::string* out) {
+  Status s = packs_->ReadEncoded(entry, out);
   if (s.ok()) return s;
-  // A compaction may have moved the chunk since `ro`'s view, or a
+  // A compaction may have moved the chunk since the entry was read, or a
   // collection deleted it: read it where the index names it now (the same
   // bytes: the hash names them).
-  auto now = CurrentEntry(hash, *entry);
+  auto now = CurrentEntry(hash, entry);
   if (now.ok() && !now->has_value()) return ChunkGone(hash);
-  if (!now.ok() || **now == *entry) {
-    NoteFailedRead(hash, *entry, ReadFailure::kPack);
+  if (!now.ok() || **now == entry) {
+    NoteFailedRead(hash, entry, ReadFailure::kPack);
     return s.WithContext("chunk " + hash.Hex());
   }
   return packs_->ReadEncoded(**now, out).WithContext("chunk " + hash.Hex());
@@ -254,7 +258,7 @@ Status ChunkStore::ReadChunkInto(const ChunkRef& ref, std::string_view value, ui
     auto base_entry = LookupEntry(header->base, ChunkReadOptions());
     if (!base_entry.ok()) return base_entry.status().WithContext(where);
     if (!base_entry->has_value()) return Status::Corruption(where + ": missing from the store");
-    Status read = ReadChunkValue(header->base, ChunkReadOptions(), &base_value);
+    Status read = ReadChunkValueAt(header->base, **base_entry, &base_value);
     if (!read.ok()) return read.WithContext(where);
     auto base_header = ParseChunkHeader(base_value);
     if (!base_header.ok()) return base_header.status().WithContext(where);

@@ -113,6 +113,10 @@ class ChunkStore {
   // The encoded bytes of chunk `hash` (its index entry read at `ro`) into
   // *out. Corruption when the index lacks it or its pack is short.
   Status ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out);
+  // The same for a caller that has looked up the chunk's index entry
+  // already: reads `entry`'s bytes, and where that fails, once more where
+  // the index names the chunk now (a compaction may have moved it).
+  Status ReadChunkValueAt(const ChunkHash& hash, const PackEntry& entry, std::string* out);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
   // checks its hash; a delta chunk's base is read and decoded into dst first
   // (recursively), and the delta applied there. Only the result is hashed:

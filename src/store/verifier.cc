@@ -122,7 +122,7 @@ Result<VerifyReport> Verifier::Verify(std::optional<int64_t> step, const Progres
         } else if (!entry->has_value()) {
           chunk_status[ci] =
               Status::NotFound(chunk_where + " " + ref.hash.Hex() + ": referenced but missing from the store");
-        } else if (Status read = chunks_.ReadChunkValue(ref.hash, rocksdb::ReadOptions(), &value); !read.ok()) {
+        } else if (Status read = chunks_.ReadChunkValueAt(ref.hash, **entry, &value); !read.ok()) {
           chunk_status[ci] = read.WithContext(chunk_where);
         } else {
           thread_local std::vector<uint8_t> buffer;
