@@ -78,19 +78,25 @@ Status Catalog::LoadOrCreateMeta(const StoreOptions& options) {
   proto::StoreMeta meta;
   if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
   TRAINSNAP_RETURN_IF_ERROR(CheckMeta(meta, options));
-  if (!session_.read_only() && meta.format_version() < kMetaFormatVersion) {
-    // Before any chunk of the new codec is written: a build that reads only
-    // the old version then refuses the store instead of finding corruption.
-    const uint32_t old_version = meta.format_version();
-    meta.set_format_version(kMetaFormatVersion);
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    TRAINSNAP_RETURN_IF_ERROR(FromRocks(
-        db()->Put(wo, cf(ColumnFamily::kMeta), kMetaStoreKey, meta.SerializeAsString()), "upgrade the meta record"));
-    upgraded_from_ = old_version;
-  }
   chunk_bytes_ = meta.chunk_bytes();
   format_version_ = meta.format_version();
+  return Status::OK();
+}
+
+Status Catalog::UpgradeMeta() {
+  if (session_.read_only() || format_version_ >= kMetaFormatVersion) return Status::OK();
+  std::string value;
+  TRAINSNAP_RETURN_IF_ERROR(
+      FromRocks(db()->Get(rocksdb::ReadOptions(), cf(ColumnFamily::kMeta), kMetaStoreKey, &value), "read meta record"));
+  proto::StoreMeta meta;
+  if (!meta.ParseFromString(value)) return Status::Corruption("meta record does not parse");
+  meta.set_format_version(kMetaFormatVersion);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  TRAINSNAP_RETURN_IF_ERROR(FromRocks(
+      db()->Put(wo, cf(ColumnFamily::kMeta), kMetaStoreKey, meta.SerializeAsString()), "upgrade the meta record"));
+  upgraded_from_ = format_version_;
+  format_version_ = kMetaFormatVersion;
   return Status::OK();
 }
 

@@ -75,9 +75,13 @@ class Catalog {
   // --- the meta record, the counts and the commit log -------------------------------
   // Reads the meta record; a writable store without one (a new store, or a
   // creation that stopped before it) writes it and an empty counts record.
-  // A writable open of an older readable version rewrites the record at
-  // kMetaFormatVersion (one synced write) and sets upgraded_from().
   Status LoadOrCreateMeta(const StoreOptions& options);
+  // A writable store of an older readable version: rewrites the meta record
+  // at kMetaFormatVersion (one synced write) and sets upgraded_from(). The
+  // open calls it last, once everything else succeeded (a failed open
+  // leaves the store as it was) and before anything is written with the
+  // new format. Read-only or current: nothing.
+  Status UpgradeMeta();
   uint32_t format_version() const { return format_version_; }
   // The version the store had before this open upgraded it; 0 if it did not.
   uint32_t upgraded_from() const { return upgraded_from_; }

@@ -227,12 +227,6 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   }
   Status s = store->catalog_->LoadOrCreateMeta(options);
   if (!s.ok()) return s.WithContext(context);
-  if (const uint32_t old_version = store->catalog_->upgraded_from()) {
-    store->open_notes_.push_back("upgraded the store from format version " + std::to_string(old_version) + " to " +
-                                 std::to_string(kMetaFormatVersion) +
-                                 " (plane-coded chunks); builds that read only version " +
-                                 std::to_string(old_version) + " no longer open it");
-  }
   if (marker) TRAINSNAP_KILL_POINT(kKillCreateMeta);
   s = store->chunks_->Open(options.sync);
   if (!s.ok()) return s.WithContext(context);
@@ -248,6 +242,14 @@ Result<std::unique_ptr<Store>> RocksStore::OpenWritable(const std::string& path,
   {
     MutexLock lock(&store->commit_mu_);
     store->reserve_.Restore();
+  }
+  s = store->catalog_->UpgradeMeta();
+  if (!s.ok()) return s.WithContext(context);
+  if (const uint32_t old_version = store->catalog_->upgraded_from()) {
+    store->open_notes_.push_back("upgraded the store from format version " + std::to_string(old_version) + " to " +
+                                 std::to_string(kMetaFormatVersion) +
+                                 " (plane-coded chunks); builds that read only version " +
+                                 std::to_string(old_version) + " no longer open it");
   }
   if (marker) {
     TRAINSNAP_KILL_POINT(kKillCreateFinishing);
