@@ -153,8 +153,8 @@ size_t CompressPlane(const uint8_t* plane, size_t size, int level, char* dst, si
 // planes of `input` (already XORed for a delta): planes estimated
 // compressible go through Zstd (kept only if that saves
 // kMinCompressionSaving), the others and the tail are copied.
-Status AppendPlanes(const uint8_t* input, size_t size, ChunkFilter filter, size_t element_size, int level,
-                    const double* bits, size_t prefix, std::string* out) {
+void AppendPlanes(const uint8_t* input, size_t size, ChunkFilter filter, size_t element_size, int level,
+                  const double* bits, size_t prefix, std::string* out) {
   const PlaneLayout layout = LayoutOf(filter, element_size, size);
   std::vector<uint8_t>& filtered = ThreadFilterScratch();
   ScratchTrim trim(filtered);
@@ -181,7 +181,6 @@ Status AppendPlanes(const uint8_t* input, size_t size, ChunkFilter filter, size_
   const size_t tail = size - layout.count * layout.plane_bytes;
   if (tail) std::memcpy(out->data() + pos, filtered.data() + layout.count * layout.plane_bytes, tail);
   out->resize(pos + tail);
-  return Status::OK();
 }
 
 // Whether plane coding applies: a filter with planes, planes the uint32
@@ -222,8 +221,7 @@ Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const Ch
     header.codec = ChunkCodec::kPlanes;
     double bits[kMaxElementSize];
     EstimateBits(xored.data(), nullptr, size, options, header.inner_filter, bits);
-    TRAINSNAP_RETURN_IF_ERROR(AppendPlanes(xored.data(), size, header.inner_filter, options.element_size,
-                                           options.zstd_level, bits, prefix, out));
+    AppendPlanes(xored.data(), size, header.inner_filter, options.element_size, options.zstd_level, bits, prefix, out);
   } else {
     const uint8_t* input = xored.data();
     std::vector<uint8_t>& filtered = ThreadFilterScratch();
@@ -249,6 +247,9 @@ Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const Ch
 
 size_t EstimateEncodedSize(const void* raw, const void* base, size_t size, const ChunkEncodeOptions& options) {
   if (size == 0) return 0;
+  // Options EncodeChunk refuses (an element size beyond the planes' table):
+  // no compression is expected.
+  if (!CheckOptions(options).ok()) return size;
   const ChunkFilter filter = ChosenFilter(options);
   double bits[kMaxElementSize];
   EstimateBits(static_cast<const uint8_t*>(raw), static_cast<const uint8_t*>(base), size, options, filter, bits);
@@ -284,8 +285,7 @@ Status EncodeChunk(const void* raw, size_t size, const ChunkEncodeOptions& optio
       AppendRaw(header, raw, size, out);
       return Status::OK();
     }
-    TRAINSNAP_RETURN_IF_ERROR(
-        AppendPlanes(input, size, filter, options.element_size, options.zstd_level, bits, kChunkHeaderBytes, out));
+    AppendPlanes(input, size, filter, options.element_size, options.zstd_level, bits, kChunkHeaderBytes, out);
     if (static_cast<double>(out->size()) > raw_limit) {
       AppendRaw(header, raw, size, out);
       return Status::OK();

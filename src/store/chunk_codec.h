@@ -93,7 +93,8 @@ Status EncodeDeltaChunk(const void* raw, const void* base, size_t size, const Ch
 // Estimated stored bytes of `raw` (XORed with `base` first when base is not
 // null) encoded with `options`, from byte histograms of a sample
 // (plane_entropy.h): no compression is run. Compares plain and delta
-// encodings; accurate to a few percent on float training state.
+// encodings; accurate to a few percent on float training state. Options
+// that EncodeChunk refuses estimate as `size` (nothing saved).
 size_t EstimateEncodedSize(const void* raw, const void* base, size_t size, const ChunkEncodeOptions& options);
 
 // Parses and validates the header. Corruption on a bad magic, unknown

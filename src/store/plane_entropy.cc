@@ -25,7 +25,7 @@ void EstimatePlaneBits(const uint8_t* raw, const uint8_t* base, size_t size, siz
   const size_t w = std::max<size_t>(1, width);
   size_t n = size / w;
   size_t planes = w;
-  if (n == 0) {  // fewer bytes than one element: one plane of bytes
+  if (n == 0 || w > 16) {  // fewer bytes than one element, or no codec width: one plane of bytes
     n = size;
     planes = 1;
   }

@@ -20,7 +20,8 @@ inline constexpr size_t kEntropySampleElements = 4096;
 // null.
 // With float16_split (width 2) the planes are those of SplitFloat16: the
 // value rotated left by one bit, low byte then high byte. A chunk with no
-// whole element (size < width) gets a single value, over its bytes.
+// whole element (size < width), or a width above 16 (no codec width), gets
+// a single value, over its bytes.
 void EstimatePlaneBits(const uint8_t* raw, const uint8_t* base, size_t size, size_t width, bool float16_split,
                        double* bits_per_byte);
 
