@@ -285,23 +285,40 @@ void BM_EncodeDelta(benchmark::State& state, const DeltaSet& set) {
   state.counters["plain_ratio"] = static_cast<double>(p.after.size()) / static_cast<double>(plain.size());
 }
 
-void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
-  const DeltaPair p = set.make();
-  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
-  std::string encoded;
-  if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &encoded).ok()) {
-    std::abort();
-  }
-  std::vector<uint8_t> out(p.after.size());
+// The timed loop of the decode benchmarks: `decode(out)` per iteration,
+// then the round trip checked against `expected`.
+template <typename Decode>
+void TimeDecodes(benchmark::State& state, const std::vector<uint8_t>& expected, Decode decode) {
+  std::vector<uint8_t> out(expected.size());
   for (auto _ : state) {
-    if (!DecodeChunk(encoded, out.data(), out.size(), p.before.data()).ok()) {
+    if (!decode(out.data(), out.size())) {
       state.SkipWithError("decode failed");
       break;
     }
     benchmark::ClobberMemory();
   }
-  if (out != p.after) state.SkipWithError("round trip differs");
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+  if (out != expected) state.SkipWithError("round trip differs");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * expected.size()));
+}
+
+std::string EncodeOrDie(const std::vector<uint8_t>& raw, const ChunkEncodeOptions& o) {
+  std::string out;
+  if (!EncodeChunk(raw.data(), raw.size(), o, &out).ok()) std::abort();
+  return out;
+}
+
+std::string EncodeDeltaOrDie(const DeltaPair& p, const ChunkEncodeOptions& o) {
+  std::string out;
+  if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &out).ok()) std::abort();
+  return out;
+}
+
+void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
+  const DeltaPair p = set.make();
+  const std::string delta = EncodeDeltaOrDie(p, DeltaOptions(p, state.range(0) != 0));
+  TimeDecodes(state, p.after, [&](uint8_t* out, size_t size) {
+    return DecodeChunk(delta, out, size, p.before.data()).ok();
+  });
 }
 
 // What a restore does for a delta chunk (ChunkStore::ReadChunkInto): decode
@@ -310,36 +327,16 @@ void BM_DecodeDelta(benchmark::State& state, const DeltaSet& set) {
 void BM_RestoreDeltaChunk(benchmark::State& state, const DeltaSet& set) {
   const DeltaPair p = set.make();
   const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
-  std::string base, delta;
-  if (!EncodeChunk(p.before.data(), p.before.size(), o, &base).ok()) std::abort();
-  if (!EncodeDeltaChunk(p.after.data(), p.before.data(), p.after.size(), ChunkHash{}, 0, o, &delta).ok()) std::abort();
-  std::vector<uint8_t> out(p.after.size());
-  for (auto _ : state) {
-    if (!DecodeChunk(base, out.data(), out.size()).ok() || !DecodeChunk(delta, out.data(), out.size(), out.data()).ok()) {
-      state.SkipWithError("decode failed");
-      break;
-    }
-    benchmark::ClobberMemory();
-  }
-  if (out != p.after) state.SkipWithError("round trip differs");
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.after.size()));
+  const std::string base = EncodeOrDie(p.before, o), delta = EncodeDeltaOrDie(p, o);
+  TimeDecodes(state, p.after, [&](uint8_t* out, size_t size) {
+    return DecodeChunk(base, out, size).ok() && DecodeChunk(delta, out, size, out).ok();
+  });
 }
 
 void BM_DecodeKeyframe(benchmark::State& state, const DeltaSet& set) {
   const DeltaPair p = set.make();
-  const ChunkEncodeOptions o = DeltaOptions(p, state.range(0) != 0);
-  std::string base;
-  if (!EncodeChunk(p.before.data(), p.before.size(), o, &base).ok()) std::abort();
-  std::vector<uint8_t> out(p.before.size());
-  for (auto _ : state) {
-    if (!DecodeChunk(base, out.data(), out.size()).ok()) {
-      state.SkipWithError("decode failed");
-      break;
-    }
-    benchmark::ClobberMemory();
-  }
-  if (out != p.before) state.SkipWithError("round trip differs");
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * p.before.size()));
+  const std::string base = EncodeOrDie(p.before, DeltaOptions(p, state.range(0) != 0));
+  TimeDecodes(state, p.before, [&](uint8_t* out, size_t size) { return DecodeChunk(base, out, size).ok(); });
 }
 
 // The writer's per-chunk decision: estimate the plain and the XORed
