@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "trainsnap/checkpointer_options.h"
+#include "trainsnap/export.h"
 #include "trainsnap/stateful.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
@@ -24,7 +25,7 @@ namespace trainsnap {
 
 // Figures of a Checkpointer's pipeline: staging memory and lag. Cheap to read
 // (no store access) from the training thread, e.g. every step.
-struct PipelineStats {
+struct TRAINSNAP_EXPORT PipelineStats {
   // Step of the last capture of this Checkpointer that committed (it is
   // durable); nullopt before the first.
   std::optional<int64_t> last_committed_step;
@@ -52,7 +53,7 @@ class CheckpointerInternal;
 // The outcome of one asynchronous capture. Copyable; every copy refers to the
 // same capture. A default-constructed handle refers to none (Wait returns
 // InvalidArgument).
-class CaptureHandle {
+class TRAINSNAP_EXPORT CaptureHandle {
  public:
   CaptureHandle() = default;
   explicit CaptureHandle(std::shared_ptr<internal::CaptureState> state);
@@ -70,7 +71,7 @@ class CaptureHandle {
   std::shared_ptr<internal::CaptureState> state_;
 };
 
-struct RestoreOptions {
+struct TRAINSNAP_EXPORT RestoreOptions {
   // Restore pending gradients (mid-window snapshots); a gradient the
   // snapshot left out (CheckpointerOptions::gradients) becomes zeros, or
   // stays undefined if it was undefined at capture. When false, gradients of
@@ -91,6 +92,16 @@ struct RestoreOptions {
   // if it fails, the restore fails, the extras get their previous state
   // back and every live object is left as it was.
   bool discard_later = false;
+  // Restore only what the target holds (e.g. the weights of one model, for
+  // evaluation): the snapshot's models, optimizers, scheduler, accumulation
+  // window and extra states that the target leaves out are skipped, and
+  // their tensors are not read. What the target holds must be in the
+  // snapshot, with the usual checks; the RNG is restored only when
+  // target.rng is set. NotSupported when a left-out model has frozen
+  // parameters that the snapshot's base content hash covers
+  // (CheckpointerOptions::hash_base_content): the models given cannot be
+  // checked without them.
+  bool partial = false;
   // Where the tensors a snapshot's placement stored elsewhere are read from
   // (TensorSources). Null: restoring such a snapshot is NotSupported, naming
   // the first such tensor and its source. Not owned.
@@ -108,7 +119,7 @@ struct RestoreOptions {
 // renamed or replaced, a shape, dtype, data pointer or requires_grad): a
 // capture of unchanged models does not rebuild it. It keeps no reference to
 // the models' tensors between calls.
-class Checkpointer {
+class TRAINSNAP_EXPORT Checkpointer {
  public:
   // InvalidArgument for options out of range (overhead_budget), naming it.
   static Result<std::unique_ptr<Checkpointer>> Open(Store& store, CheckpointerOptions options = {});

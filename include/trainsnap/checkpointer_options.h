@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 #include "trainsnap/training_state.h"
@@ -22,7 +23,7 @@ namespace trainsnap {
 // uses it). A single-process Checkpointer needs none of this.
 //
 // One tensor of a capture, as CheckpointerOptions::placement sees it.
-struct PlacementCandidate {
+struct TRAINSNAP_EXPORT PlacementCandidate {
   std::string name;     // qualified name of its parameter or buffer
   std::string role;     // "param", "buffer", or an optimizer state's role ("exp_avg", "<key>:exp_avg", ...)
   uint64_t bytes = 0;   // numel * element size
@@ -30,7 +31,7 @@ struct PlacementCandidate {
 };
 
 // Decides which candidate tensors of a capture this store holds.
-class TensorPlacement {
+class TRAINSNAP_EXPORT TensorPlacement {
  public:
   virtual ~TensorPlacement() = default;
   // Called once per capture on the capturing thread, before any candidate is
@@ -48,7 +49,7 @@ class TensorPlacement {
 };
 
 // Resolves the sources a TensorPlacement named, at restore.
-class TensorSources {
+class TRAINSNAP_EXPORT TensorSources {
  public:
   virtual ~TensorSources() = default;
   // The store `source` names, open (read-only is enough); owned by the
@@ -56,7 +57,7 @@ class TensorSources {
   virtual Result<Store*> Source(const std::string& source) = 0;
 };
 
-struct CheckpointerOptions {
+struct TRAINSNAP_EXPORT CheckpointerOptions {
   // Default kTrainableAndBuffers: buffers are small, and unchanged ones
   // cost no bytes after the first snapshot (deduplicated chunks).
   ModelState model_state = ModelState::kTrainableAndBuffers;

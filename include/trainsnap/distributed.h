@@ -12,12 +12,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "trainsnap/checkpointer.h"
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
 namespace trainsnap {
 
-struct DistributedOptions {
+struct TRAINSNAP_EXPORT DistributedOptions {
   // Options of every rank's Checkpointer on its own store.
   CheckpointerOptions checkpointer;
   // Options of every rank's store (rank-NNNNN/). store.retention is applied
@@ -71,7 +72,7 @@ class DistributedState;
 // hold it, a sharded optimizer's state found by parameter, rank-local state
 // (gradients, RNG, extras) from rank r % N, with the RNG of a rank r >= N
 // derived (docs/distributed.md, "Restore on another world size").
-class DistributedCheckpointer {
+class TRAINSNAP_EXPORT DistributedCheckpointer {
  public:
   // Every rank calls it with the same run_dir; rank r keeps its own store
   // inside it. Collective. Local snapshots of steps that never became global

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "trainsnap/export.h"
+
 namespace trainsnap {
 
 // Persisted values: never renumber, only append.
@@ -26,12 +28,12 @@ enum class DType : uint32_t {
 };
 
 // Bytes per element; 0 for kUnknown or an out-of-range code.
-size_t DTypeSize(DType dtype);
+TRAINSNAP_EXPORT size_t DTypeSize(DType dtype);
 
 // "float32", "bfloat16", ...; "unknown" for anything else.
-std::string_view DTypeName(DType dtype);
+TRAINSNAP_EXPORT std::string_view DTypeName(DType dtype);
 
 // True for every named code above except kUnknown.
-bool IsValidDType(uint32_t code);
+TRAINSNAP_EXPORT bool IsValidDType(uint32_t code);
 
 }  // namespace trainsnap

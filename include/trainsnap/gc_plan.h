@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 #include "trainsnap/store.h"
 
@@ -18,6 +19,6 @@ namespace trainsnap {
 // bytes_unreferenced bytes. Changes nothing; works on read-only stores.
 // NotFound if a step is not stored; NotSupported for a Store not opened by
 // Store::Open / Store::OpenReadOnly. The same as store.PlanCollection().
-Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress = {});
+TRAINSNAP_EXPORT Result<GcPlan> PlanCollection(Store& store, const std::vector<int64_t>& steps, const ProgressFn& progress = {});
 
 }  // namespace trainsnap

@@ -14,6 +14,7 @@
 #include <torch/types.h>
 
 #include "trainsnap/checkpointer.h"
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 
 namespace trainsnap {
@@ -46,7 +47,7 @@ namespace trainsnap {
 // first sample not consumed. Requires DataLoaderOptions::enforce_ordering
 // (the default): batches must reach the loop in request order.
 // Thread-safe (the DataLoader calls it from the thread iterating it).
-class ResumableSampler : public torch::data::samplers::Sampler<std::vector<size_t>>, public Stateful {
+class TRAINSNAP_EXPORT ResumableSampler : public torch::data::samplers::Sampler<std::vector<size_t>>, public Stateful {
  public:
   ResumableSampler(size_t size, uint64_t seed, bool shuffle = true);
 

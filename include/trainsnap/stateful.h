@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 
 namespace trainsnap {
@@ -16,7 +17,7 @@ namespace trainsnap {
 // Any object whose state must survive a restart: a data-loader cursor, a
 // custom scheduler, ... LoadState returns an error rather than throwing; an
 // exception of any type from either call fails the capture/restore (Aborted).
-class Stateful {
+class TRAINSNAP_EXPORT Stateful {
  public:
   virtual ~Stateful() = default;
   virtual std::string SaveState() const = 0;
@@ -26,7 +27,7 @@ class Stateful {
 // What a TensorStateful saves and loads. `type` and `bytes` are stored in the
 // manifest (`trainsnap show` prints the type); each tensor is stored like a
 // model tensor (chunked, deduplicated, compressed).
-struct TensorState {
+struct TRAINSNAP_EXPORT TensorState {
   std::string type;                               // e.g. "torch.optim.adamw.AdamW"
   std::string bytes;                              // opaque to trainsnap
   std::map<std::string, torch::Tensor> tensors;   // dense, any device
@@ -41,7 +42,7 @@ struct TensorState {
 // keep them as they are or copy them, but do not resize them). An error (or exception: Aborted) from
 // LoadState fails the restore, and the extras already loaded get their
 // previous state back (SaveState, taken before the first load).
-class TensorStateful {
+class TRAINSNAP_EXPORT TensorStateful {
  public:
   virtual ~TensorStateful() = default;
   virtual Status SaveState(TensorState* state) const = 0;

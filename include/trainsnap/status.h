@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "trainsnap/export.h"
+
 namespace trainsnap {
 
 // A small, stable set of codes that callers branch on. Values are part of the
@@ -26,10 +28,10 @@ enum class StatusCode : int {
 };
 
 // Name of a code, e.g. "Corruption".
-std::string_view StatusCodeName(StatusCode code);
+TRAINSNAP_EXPORT std::string_view StatusCodeName(StatusCode code);
 
 // The outcome of an operation. Cheap to copy when OK. Thread-compatible.
-class [[nodiscard]] Status {
+class TRAINSNAP_EXPORT [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -101,7 +103,7 @@ class [[nodiscard]] Result {
 };
 
 namespace internal {
-[[noreturn]] void DieOnBadResultAccess(const Status& status);
+[[noreturn]] TRAINSNAP_EXPORT void DieOnBadResultAccess(const Status& status);
 }  // namespace internal
 
 template <class T>

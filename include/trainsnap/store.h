@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "trainsnap/dtype.h"
+#include "trainsnap/export.h"
 #include "trainsnap/status.h"
 
 namespace trainsnap {
@@ -25,7 +26,7 @@ namespace trainsnap {
 // latest stored step is refused (InvalidArgument, nothing written), since
 // retention would delete it first and Latest() would not return it. A run
 // resumed from an older step calls Rollback(step) before capturing again.
-struct RetentionPolicy {
+struct TRAINSNAP_EXPORT RetentionPolicy {
   int64_t keep_last = 0;   // 0 = no retention: keep every snapshot
   int64_t keep_every = 0;  // 0 = no periodic keep
 };
@@ -41,7 +42,7 @@ enum class DeltaReference {
   kParent,
 };
 
-struct StoreOptions {
+struct TRAINSNAP_EXPORT StoreOptions {
   // Zstd level for new chunks (1..19). 0 = 1: higher levels gain little on
   // shuffled floats for much more CPU (bench/README.md, codec).
   // Not fixed: may change between opens.
@@ -114,21 +115,21 @@ struct StoreOptions {
 };
 
 // 128-bit XXH3 hash of a chunk's raw bytes: the chunk's address.
-struct ChunkHash {
+struct TRAINSNAP_EXPORT ChunkHash {
   std::array<uint8_t, 16> bytes{};
   std::string Hex() const;  // 32 lowercase hex digits
   bool operator==(const ChunkHash& o) const { return bytes == o.bytes; }
   bool operator<(const ChunkHash& o) const { return bytes < o.bytes; }
 };
 
-struct ChunkRef {
+struct TRAINSNAP_EXPORT ChunkRef {
   ChunkHash hash;
   uint64_t raw_bytes = 0;     // length of the chunk's raw (decoded) bytes
   uint64_t stored_bytes = 0;  // length of the encoded value (header + payload)
 };
 
 // A tensor as stored in one snapshot, identified by (param_id, role).
-struct TensorRecord {
+struct TRAINSNAP_EXPORT TensorRecord {
   uint64_t param_id = 0;
   std::string role;  // "param", "grad", "exp_avg", "buffer", ...
   DType dtype = DType::kUnknown;
@@ -139,7 +140,7 @@ struct TensorRecord {
 
 // The bytes of one tensor to write: a view, not owned; must stay valid and
 // unchanged until AddTensor returns. Must be contiguous, in native byte order.
-struct TensorView {
+struct TRAINSNAP_EXPORT TensorView {
   uint64_t param_id = 0;
   std::string role;
   DType dtype = DType::kUnknown;
@@ -150,14 +151,14 @@ struct TensorView {
 };
 
 // One destination of Store::ReadTensors.
-struct TensorRead {
+struct TRAINSNAP_EXPORT TensorRead {
   const TensorRecord* record = nullptr;  // from this store's Tensors()/Tensor()
   void* dst = nullptr;                   // record->bytes writable bytes
   size_t dst_bytes = 0;                  // must equal record->bytes
   std::string name;  // for error messages; empty = "param_id N role R"
 };
 
-struct SnapshotInfo {
+struct TRAINSNAP_EXPORT SnapshotInfo {
   int64_t step = 0;
   int64_t created_unix_ms = 0;
   uint64_t tensors = 0;
@@ -171,7 +172,7 @@ struct SnapshotInfo {
   uint64_t manifest_bytes = 0;
 };
 
-struct GcReport {
+struct TRAINSNAP_EXPORT GcReport {
   uint64_t chunks_scanned = 0;
   uint64_t chunks_deleted = 0;
   uint64_t bytes_deleted = 0;  // encoded bytes of the deleted chunks
@@ -194,7 +195,7 @@ struct GcReport {
 
 // Every chunk counted is one CollectGarbage would delete; bytes are encoded
 // bytes, as in GcReport::bytes_deleted.
-struct GcPlan {
+struct TRAINSNAP_EXPORT GcPlan {
   // Chunks the deleted snapshots need (reference, or use as a delta base)
   // and the remaining ones do not: what the deletion frees.
   uint64_t chunks_freed = 0;
@@ -204,12 +205,12 @@ struct GcPlan {
   uint64_t bytes_unreferenced = 0;
 };
 
-struct PruneReport {
+struct TRAINSNAP_EXPORT PruneReport {
   std::vector<int64_t> deleted_steps;  // ascending
   GcReport gc;                         // the garbage collection that followed
 };
 
-struct VerifyProblem {
+struct TRAINSNAP_EXPORT VerifyProblem {
   int64_t step = 0;
   uint64_t param_id = 0;
   std::string role;         // empty when the manifest itself is bad
@@ -226,7 +227,7 @@ struct VerifyProblem {
   std::string file;
 };
 
-struct VerifyReport {
+struct TRAINSNAP_EXPORT VerifyReport {
   uint64_t snapshots = 0;
   uint64_t tensors = 0;
   uint64_t chunks = 0;  // chunk references checked
@@ -241,7 +242,7 @@ struct VerifyReport {
 // Committed snapshots the database no longer holds: its write-ahead log was
 // damaged, cut or deleted after they committed (docs/reliability.md, "Lost
 // commits"). Counts are of write transactions (commits and deletes).
-struct LostCommits {
+struct TRAINSNAP_EXPORT LostCommits {
   uint64_t recorded = 0;                   // transactions the store's commit log recorded
   uint64_t found = 0;                      // transactions the database holds
   std::optional<int64_t> newest_recorded;  // newest step after the last recorded one; none if empty
@@ -249,13 +250,13 @@ struct LostCommits {
 };
 
 // What Store::Repair removed.
-struct RepairReport {
+struct TRAINSNAP_EXPORT RepairReport {
   std::vector<int64_t> steps;      // steps whose leftover tensor records were deleted, ascending
   uint64_t tensor_records = 0;     // tensor records deleted
 };
 
 // Whole-store figures for `trainsnap stats`.
-struct StoreStats {
+struct TRAINSNAP_EXPORT StoreStats {
   uint64_t snapshots = 0;
   uint64_t chunks = 0;                // distinct chunks stored
   uint64_t chunk_stored_bytes = 0;    // their encoded bytes
@@ -280,7 +281,7 @@ struct StoreStats {
 // Called with (done, total) units of work during long operations. May be empty.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
-struct SnapshotOptions {
+struct TRAINSNAP_EXPORT SnapshotOptions {
   // Overwrite an existing snapshot of the same step instead of failing with
   // AlreadyExists.
   bool replace_existing = false;
@@ -292,7 +293,7 @@ struct SnapshotOptions {
 // snapshot: nothing becomes visible; chunks it wrote are left for GC.
 // Must not outlive its Store. After an AddTensor failed (other than by
 // validation), Commit returns Aborted: the snapshot would lack a tensor.
-class SnapshotWriter {
+class TRAINSNAP_EXPORT SnapshotWriter {
  public:
   virtual ~SnapshotWriter() = default;
   virtual int64_t step() const = 0;
@@ -327,7 +328,7 @@ class SnapshotWriter {
 // Thread-safe. A writable Store holds RocksDB's lock: one writer process per
 // path. Read-only stores see the snapshots committed when they were opened
 // or last refreshed.
-class Store {
+class TRAINSNAP_EXPORT Store {
  public:
   virtual ~Store() = default;
 

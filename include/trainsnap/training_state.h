@@ -10,13 +10,14 @@
 
 #include <torch/torch.h>
 
+#include "trainsnap/export.h"
 #include "trainsnap/stateful.h"
 
 namespace trainsnap {
 
 // Where a gradient-accumulation window stands. Snapshots taken mid-window
 // restore it together with the pending gradients.
-struct AccumulationWindow {
+struct TRAINSNAP_EXPORT AccumulationWindow {
   int64_t micro_step = 0;   // micro-steps already accumulated in this window
   int64_t size = 1;         // micro-steps per optimizer step
   double weight_sum = 0.0;  // sum of the weights of the accumulated micro-steps
@@ -50,7 +51,7 @@ enum class Gradients {
 // Non-owning views of the live training objects. Every pointer may be null.
 // The named maps hold extra models/optimizers (a GAN's G and D, a frozen
 // teacher); their parameter IDs are qualified by the map key.
-struct TrainingState {
+struct TRAINSNAP_EXPORT TrainingState {
   torch::nn::Module* model = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   torch::optim::LRScheduler* scheduler = nullptr;

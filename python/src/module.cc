@@ -22,7 +22,6 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/torch.h>
 
-#include "stand_ins.h"
 #include "trainsnap/checkpointer.h"
 #include "trainsnap/distributed.h"
 #include "trainsnap/status.h"
@@ -320,7 +319,6 @@ CheckpointerOptions MakeCheckpointerOptions(const std::string& model_state, cons
 struct Target {
   std::vector<std::shared_ptr<torch::nn::Module>> models;
   std::vector<std::unique_ptr<PyTensorStateful>> adapters;
-  StandIns stand_ins;
   TrainingState state;
 };
 
@@ -449,8 +447,8 @@ class PyCheckpointer {
     return *handle;
   }
 
-  // partial: stand-ins for the parts of the snapshot `models`/`adapters`/
-  // `window` leave out. sources_dir: the run directory whose rank stores
+  // partial: RestoreOptions::partial (only what `models`/`adapters`/`window`
+  // hold is restored and read). sources_dir: the run directory whose rank stores
   // hold the tensors a distributed snapshot placed elsewhere ("" = none).
   int64_t Restore(std::optional<int64_t> step, const py::dict& models, const py::dict& adapters,
                   AccumulationWindow* window, bool rng, const RestoreOptions& options, bool partial,
@@ -503,28 +501,14 @@ int64_t PyCheckpointer::Restore(std::optional<int64_t> step, const py::dict& mod
   Target target = MakeTarget(models, adapters, window, rng);
   RunDirSources sources(sources_dir);
   RestoreOptions restore_options = options;
+  restore_options.partial = partial;
   if (!sources_dir.empty()) restore_options.sources = &sources;
   Result<int64_t> restored = WithoutGil([&]() -> Result<int64_t> {
-    if (!partial) {
-      if (step.has_value()) {
-        TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(*step, target.state, restore_options));
-        return *step;
-      }
-      return checkpointer->RestoreLatest(target.state, restore_options);
-    }
-    int64_t at = 0;
     if (step.has_value()) {
-      at = *step;
-    } else {
-      Result<std::optional<int64_t>> latest = store->Latest();
-      if (!latest.ok()) return latest.status().WithContext("restore latest");
-      if (!latest->has_value()) return Status::NotFound("restore latest: the store holds no snapshot");
-      at = **latest;
+      TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(*step, target.state, restore_options));
+      return *step;
     }
-    TRAINSNAP_RETURN_IF_ERROR(
-        AddStandIns(*store, at, &target.state, &target.stand_ins).WithContext("restore step " + std::to_string(at)));
-    TRAINSNAP_RETURN_IF_ERROR(checkpointer->Restore(at, target.state, restore_options));
-    return at;
+    return checkpointer->RestoreLatest(target.state, restore_options);
   });
   ReraiseInterrupt(target);
   Check(restored.status());

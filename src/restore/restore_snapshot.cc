@@ -9,6 +9,7 @@
 #include "restore/decode.h"
 #include "restore/optimizer_parts.h"
 #include "restore/optimizer_restore.h"
+#include "restore/partial.h"
 #include "restore/validate.h"
 #include "torch/contract.h"
 #include "torch/exception_boundary.h"
@@ -191,6 +192,9 @@ Result<std::unique_ptr<PreparedRestore>> PrepareRestore(Store& store, int64_t st
   // 2. Contract, frozen base, devices, the rest of the composition.
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedModel> models, CollectModels(target));
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<NamedOptimizer> optimizers, CollectOptimizers(target));
+  if (options.partial) {
+    TRAINSNAP_ASSIGN_OR_RETURN(read, SelectTarget(*read, models, optimizers, target, &arena));
+  }
   TRAINSNAP_RETURN_IF_ERROR(CheckModels(*read, models));
   Result<ContractCache::Lease> leased = ContractCache::Acquire(contracts, models);
   if (!leased.ok()) return leased.status();

@@ -6,7 +6,7 @@ usage: check_thread_safety.py CLANGXX COMPILE_COMMANDS_JSON SOURCE...
 Each SOURCE is compiled with -fsyntax-only -Wthread-safety
 -Werror=thread-safety and the include paths and definitions of its own
 compile command in COMPILE_COMMANDS_JSON, or, for a source without one (the
-library's sources are compiled in unity batches), those of the libtrainsnap
+library's sources are compiled in unity batches), those of the trainsnap_core
 target; so the check follows the build's flags. Exit status 0 when every
 source passes; otherwise clang's diagnostics are printed and the status is 1.
 """
@@ -38,10 +38,10 @@ def flags_by_source(compile_commands):
         args = shlex.split(entry["command"])
         flags = compile_flags(args)
         by_file[os.path.realpath(os.path.join(entry["directory"], entry["file"]))] = flags
-        if library is None and "-Dtrainsnap_EXPORTS" in args:
+        if library is None and "/trainsnap_core.dir/" in entry["command"]:
             library = flags
     if library is None:
-        sys.exit("no compile command of the trainsnap library in " + compile_commands)
+        sys.exit("no compile command of the trainsnap_core library in " + compile_commands)
     return by_file, library
 
 
