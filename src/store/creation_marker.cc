@@ -134,7 +134,8 @@ Status CreationMarker::ClearLeftovers(size_t* removed) {
       for (const std::string& p : inside) {
         (ParsePackFileName(p) ? pack_files : foreign).push_back(std::string(kPackDir) + "/" + p);
       }
-    } else if (IsRocksDbFile(name) || name == CommitLog::kFileName || name == kReserveFile) {
+    } else if (IsRocksDbFile(name) || name == CommitLog::kFileName || name == kReserveFile ||
+               name == kReserveTempFile) {
       files.push_back(name);
     } else {
       foreign.push_back(name);

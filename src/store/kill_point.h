@@ -18,11 +18,13 @@ namespace trainsnap::internal {
 
 // Store creation (Store::Open on an absent or empty directory), in order:
 // the creation marker written; RocksDB's files and column families, no meta
-// record; the meta record, not yet packs/ and the commit log; everything
-// but the marker's removal.
+// record; the meta record, not yet packs/ and the commit log; the reserve
+// file written under its temporary name, not renamed (met by every writable
+// open that creates the reserve); everything but the marker's removal.
 inline constexpr char kKillCreateMarked[] = "store.create_marked";
 inline constexpr char kKillCreateDatabase[] = "store.create_database";
 inline constexpr char kKillCreateMeta[] = "store.create_meta";
+inline constexpr char kKillReserveWritten[] = "store.reserve_written";
 inline constexpr char kKillCreateFinishing[] = "store.create_finishing";
 // The kill points of the store's commit path, in the order a capture meets them.
 inline constexpr char kKillAfterChunks[] = "store.after_chunks";    // chunks written, records not yet

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "store/disk_space.h"
+#include "store/kill_point.h"
 #include "store/store_files.h"
 
 namespace trainsnap::internal {
@@ -25,11 +26,12 @@ void SpaceReserve::Restore() {
   // snapshot first.
   const std::optional<uint64_t> free = FreeBytes(dir_);
   if (!free || *free < 2 * bytes_) return;
-  const std::string tmp = file.string() + ".tmp";
+  const std::string tmp = (fs::path(dir_) / kReserveTempFile).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   bool ok = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)) == 0 && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
+  if (ok) TRAINSNAP_KILL_POINT(kKillReserveWritten);
   if (ok) ok = ::rename(tmp.c_str(), file.c_str()) == 0;
   if (!ok) ::unlink(tmp.c_str());
   present_ = ok;

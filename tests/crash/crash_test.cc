@@ -262,9 +262,11 @@ TEST(CrashTest, KillsNeverLoseOrTearAcknowledgedSnapshots) {
 TEST(CrashTest, KillsDuringCreationLeaveADirectoryTheNextOpenMakesAStore) {
   ASSERT_TRUE(std::filesystem::exists(ChildPath())) << ChildPath();
   torch::set_num_threads(1);
-  const int kills = std::max(8, KillsFromEnv() / 5);
   const std::vector<std::string> points = {internal::kKillCreateMarked, internal::kKillCreateDatabase,
-                                           internal::kKillCreateMeta, internal::kKillCreateFinishing};
+                                           internal::kKillCreateMeta, internal::kKillReserveWritten,
+                                           internal::kKillCreateFinishing};
+  // Every other kill is at a named point: enough kills to meet each once.
+  const int kills = std::max(static_cast<int>(2 * points.size()), KillsFromEnv() / 5);
   TempDir dir;
   std::mt19937 rng(11);
   std::map<std::string, int> outcomes;

@@ -67,7 +67,8 @@ TEST(CreationMarkerTest, ClearLeftoversRemovesWhatACreationWritesAndNothingElse)
   ASSERT_OK(marker);
   for (const char* name :
        {"CURRENT", "IDENTITY", "LOCK", "LOG", "LOG.old.1700000000", "MANIFEST-000005", "OPTIONS-000007", "000004.log",
-        "000009.sst", "000010.blob", "000001.dbtmp", internal::CommitLog::kFileName, "SPACE_RESERVE"}) {
+        "000009.sst", "000010.blob", "000001.dbtmp", internal::CommitLog::kFileName, "SPACE_RESERVE",
+        "SPACE_RESERVE.tmp"}) {
     Touch(dir.Sub(name));
   }
   fs::create_directory(dir.Sub("packs"));
@@ -75,7 +76,7 @@ TEST(CreationMarkerTest, ClearLeftoversRemovesWhatACreationWritesAndNothingElse)
   Touch(dir.Sub("packs/pack-0000000a.pack"));
   size_t removed = 0;
   ASSERT_OK((*marker)->ClearLeftovers(&removed));
-  EXPECT_EQ(removed, 13u + 2u + 1u);  // the files, the two packs, packs/ itself
+  EXPECT_EQ(removed, 14u + 2u + 1u);  // the files, the two packs, packs/ itself
   EXPECT_EQ(Names(dir.path()), std::set<std::string>({kCreationMarker}));
 
   // A name no creation writes: somebody's data. Nothing is removed.
