@@ -97,7 +97,8 @@ struct TRAINSNAP_EXPORT RestoreOptions {
   // window and extra states that the target leaves out are skipped, and
   // their tensors are not read. What the target holds must be in the
   // snapshot, with the usual checks; the RNG is restored only when
-  // target.rng is set. NotSupported when a left-out model has frozen
+  // target.rng is set. InvalidArgument for a target that holds nothing.
+  // NotSupported when a left-out model has frozen
   // parameters that the snapshot's base content hash covers
   // (CheckpointerOptions::hash_base_content): the models given cannot be
   // checked without them.

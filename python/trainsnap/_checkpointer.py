@@ -89,7 +89,7 @@ class Checkpointer(ReportsOnce):
                  allow_missing_buffers, discard_later, restore_optimizer_options, partial, sources_dir=""):
         partial = bool(partial)
         rng = rng_arg(rng, partial)
-        parts = Parts(model, optimizer, scheduler, extra, rng, restore_optimizer_options)
+        parts = Parts(model, optimizer, scheduler, extra, rng, restore_optimizer_options, partial)
         if partial:
             self._handles.wait_all()  # the snapshot to read may still be in flight
         return self._impl.restore(step, parts.models, parts.adapters, accumulation, rng, bool(restore_gradients),

@@ -58,10 +58,12 @@ def _extra_adapter(extra, key):
 
 
 class Parts:
-    """models: {key: nn.Module} ("" = the unnamed model), adapters: {key: adapter}."""
+    """models: {key: nn.Module} ("" = the unnamed model), adapters: {key: adapter}.
+    partial (a partial restore's target): without rng, Python's generators are
+    left out of the target, so that their state is neither read nor required."""
 
     def __init__(self, model=None, optimizer=None, scheduler=None, extra=None, rng=True,
-                 restore_optimizer_options=True):
+                 restore_optimizer_options=True, partial=False):
         self.models = {}
         for key, module in named(model, "model").items():
             module = unwrap(module)
@@ -70,7 +72,7 @@ class Parts:
                                       "is not a torch.nn.Module")
             self.models[key] = module
         names = parameter_names(self.models)
-        self.adapters = {RNG: _state.PythonRngAdapter(bool(rng))}
+        self.adapters = {RNG: _state.PythonRngAdapter(bool(rng))} if rng or not partial else {}
         for key, opt in named(optimizer, "optimizer").items():
             kind = "optimizer" if key == "" else f"optimizer `{key}`"
             self.adapters[_adapter_key(OPTIMIZER, key)] = _state.OptimizerAdapter(kind, opt, names,

@@ -21,6 +21,10 @@ Result<const proto::TrainingManifest*> SelectTarget(const proto::TrainingManifes
                                                     const std::vector<NamedModel>& models,
                                                     const std::vector<NamedOptimizer>& optimizers,
                                                     const TrainingState& target, google::protobuf::Arena* arena) {
+  if (models.empty() && optimizers.empty() && target.scheduler == nullptr && target.accumulation == nullptr &&
+      target.extra.empty() && target.tensor_extra.empty() && !target.rng) {
+    return Status::InvalidArgument("partial restore: the target holds nothing to restore");
+  }
   std::set<std::string> given;
   for (const NamedModel& model : models) given.insert(model.key);
   auto model_given = [&given](const auto& message) { return given.count(message.model()) != 0; };

@@ -19,7 +19,9 @@ namespace trainsnap::internal {
 // that `target` leaves out; `models` and `optimizers` are the target's
 // (CollectModels, CollectOptimizers). The RNG stays: the target's `rng` says
 // whether it is restored. What the target holds and the snapshot lacks is
-// left for the restore's checks to name. NotSupported when a left-out model
+// left for the restore's checks to name. InvalidArgument for a target that
+// holds nothing (no model, optimizer, scheduler, window, extra or RNG): a
+// restore of nothing is a caller's mistake. NotSupported when a left-out model
 // has frozen parameters that the snapshot's base content hash covers (the
 // hash covers the whole base: the models given cannot be checked without
 // it). The result lives in `arena`.

@@ -81,6 +81,10 @@ def test_partial_restore_of_the_optimizer_alone(tmp_path):
     assert (window.size, window.micro_step) == (4, 0)
     assert first_difference(dict(target.model.state_dict()), dict(run.model.state_dict())) == ""
     assert first_difference(before, dict(run.model.state_dict())) != ""
+    # Given nothing (and not the RNG), a partial restore is a mistake.
+    with pytest.raises(trainsnap.InvalidArgument) as e:
+        ckpt.restore(4, partial=True)
+    assert str(e.value) == "restore step 4: partial restore: the target holds nothing to restore"
 
 
 def test_partial_restore_of_one_model_of_two(tmp_path):

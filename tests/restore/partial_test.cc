@@ -167,6 +167,18 @@ TEST_F(PartialRestoreTest, WhatTheTargetHoldsMustBeInTheSnapshot) {
   EXPECT_TRUE(Unchanged(*target.gen, gen_before));
 }
 
+TEST_F(PartialRestoreTest, ATargetThatHoldsNothingIsRefused) {
+  TrainingState nothing;
+  nothing.rng = false;
+  Status status = Checkpointer(*ts.store).Restore(1, nothing, Partial());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_EQ(status.message(), "restore step 1: partial restore: the target holds nothing to restore");
+  // The RNG alone is something.
+  TrainingState rng_only;
+  Status restored = Checkpointer(*ts.store).Restore(1, rng_only, Partial());
+  EXPECT_TRUE(restored.ok()) << restored.ToString();
+}
+
 TEST(PartialRestoreFrozenBaseTest, ALeftOutFrozenBaseIsRefusedOnlyWhenItsContentHashCoversIt) {
   for (bool hashed : {false, true}) {
     SCOPED_TRACE(hashed ? "hash_base_content" : "no content hash");
