@@ -30,14 +30,19 @@ inline std::vector<uint8_t> NormalFp32Bytes(size_t n, uint32_t seed) {
   return out;
 }
 
-// The same values as bf16, rounded to nearest even (as LibTorch does).
+// The bf16 bits of an fp32 value, rounded to nearest even (as LibTorch does).
+inline uint16_t Bf16Bits(const uint8_t* fp32) {
+  uint32_t bits;
+  std::memcpy(&bits, fp32, 4);
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+// The same values as bf16.
 inline std::vector<uint8_t> NormalBf16Bytes(size_t n, uint32_t seed) {
   const auto fp32 = NormalFp32Bytes(n, seed);
   std::vector<uint8_t> out(n * 2);
   for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, fp32.data() + 4 * i, 4);
-    const uint16_t bf = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    const uint16_t bf = Bf16Bits(fp32.data() + 4 * i);
     std::memcpy(out.data() + 2 * i, &bf, 2);
   }
   return out;
