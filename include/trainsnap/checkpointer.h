@@ -97,11 +97,10 @@ struct TRAINSNAP_EXPORT RestoreOptions {
   // window and extra states that the target leaves out are skipped, and
   // their tensors are not read. What the target holds must be in the
   // snapshot, with the usual checks; the RNG is restored only when
-  // target.rng is set. InvalidArgument for a target that holds nothing.
-  // NotSupported when a left-out model has frozen
-  // parameters that the snapshot's base content hash covers
-  // (CheckpointerOptions::hash_base_content): the models given cannot be
-  // checked without them.
+  // target.rng is set. InvalidArgument for a target that holds nothing;
+  // NotSupported when a left-out model has frozen parameters that the
+  // snapshot's base content hash covers (CheckpointerOptions::
+  // hash_base_content): the models given cannot be checked without them.
   bool partial = false;
   // Where the tensors a snapshot's placement stored elsewhere are read from
   // (TensorSources). Null: restoring such a snapshot is NotSupported, naming

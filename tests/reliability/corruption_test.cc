@@ -330,7 +330,9 @@ TEST(CorruptionListTest, ListAndLatestUnderReadFlipsAreCompleteOrAnError) {
         if (latest) {
           auto newest = (*store)->Latest();
           ok = newest.ok();
-          if (ok) EXPECT_EQ(newest->value_or(-1), kDamageSteps) << "flip " << nth;
+          if (ok) {
+            EXPECT_EQ(newest->value_or(-1), kDamageSteps) << "flip " << nth;
+          }
         } else {
           auto list = (*store)->List();
           ok = list.ok();
