@@ -387,6 +387,15 @@ Result<std::optional<PackEntry>> ChunkStore::CurrentEntry(const ChunkHash& hash,
   TRAINSNAP_ASSIGN_OR_RETURN(std::shared_ptr<const DbSession::Newer> newer, session_.NewerThan(since));
   TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, lookup(*newer));
   if (entry && *entry == failed) {
+    // A read-only open that races the writer's memtable flush can miss the
+    // flushed writes (it read the MANIFEST before the flush's edit and
+    // lists the WAL files after the flushed one was removed), so one
+    // instance naming the failed place may be stale: a second one, opened
+    // after it, confirms before the pack counts as damaged.
+    TRAINSNAP_ASSIGN_OR_RETURN(newer, session_.NewerThan(newer->id));
+    TRAINSNAP_ASSIGN_OR_RETURN(entry, lookup(*newer));
+  }
+  if (entry && *entry == failed) {
     MutexLock lock(&confirmed_mu_);
     confirmed_damaged_.insert(failed.pack);
   }

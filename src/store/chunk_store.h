@@ -198,8 +198,8 @@ class ChunkStore {
   // is current. A read-only instance sees the store as of its open: the
   // chunk is looked up in a newer instance, opened after the failure (the
   // chunk moved, or was collected with its deleted snapshot since). A pack
-  // for which a newer instance still named the failed bytes is really
-  // damaged and not looked up again.
+  // for which two newer instances, one opened after the other, still named
+  // the failed bytes is really damaged and not looked up again.
   Result<std::optional<PackEntry>> CurrentEntry(const ChunkHash& hash, const PackEntry& failed);
   // After a read of chunk `hash` at `entry` failed for good: a writable store
   // looks at the pack file (kPack) or marks the chunk unusable (kContent).
