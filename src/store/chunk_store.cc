@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <unordered_set>
 
 #include "store/chunk_codec.h"
@@ -19,6 +21,21 @@
 
 namespace trainsnap::internal {
 namespace {
+
+// Tries of a newer read-only instance's open (CurrentEntry).
+constexpr int kNewerOpenAttempts = 3;
+// How many times a chunk read follows the chunk to where the index names it
+// now (ReadChunkAt, ReadChunkValueAt): a compaction may move it again
+// between a lookup and the read.
+constexpr int kChunkMovesFollowed = 4;
+
+// A failed read, with why looking the chunk up again did not help (when a
+// newer instance could not be opened or read).
+Status WithLookupFailure(const Status& read, const Status& lookup) {
+  if (lookup.ok()) return read;
+  return Status(read.code(),
+                read.message() + " (looking it up again in a newer instance failed: " + lookup.ToString() + ")");
+}
 
 // Which chunks the index places in each pack.
 struct PackUsage {
@@ -181,19 +198,24 @@ Status ChunkStore::ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOpti
   return ReadChunkValueAt(hash, *entry, out);
 }
 
-Status ChunkStore::ReadChunkValueAt(const ChunkHash& hash, const PackEntry& entry, std::string* out) {
+Status ChunkStore::ReadChunkValueAt(const ChunkHash& hash, PackEntry entry, std::string* out) {
   Status s = packs_->ReadEncoded(entry, out);
-  if (s.ok()) return s;
   // A compaction may have moved the chunk since the entry was read, or a
   // collection deleted it: read it where the index names it now (the same
-  // bytes: the hash names them).
-  auto now = CurrentEntry(hash, entry);
-  if (now.ok() && !now->has_value()) return ChunkGone(hash);
-  if (!now.ok() || **now == entry) {
-    NoteFailedRead(hash, entry, ReadFailure::kPack);
-    return s.WithContext("chunk " + hash.Hex());
+  // bytes: the hash names them). A reader slower than the writer's
+  // compactions may find it moved again by then: each move is followed, up
+  // to kChunkMovesFollowed.
+  for (int moves = 0; !s.ok() && moves < kChunkMovesFollowed; ++moves) {
+    auto now = CurrentEntry(hash, entry);
+    if (now.ok() && !now->has_value()) return ChunkGone(hash);
+    if (!now.ok() || **now == entry) {
+      NoteFailedRead(hash, entry, ReadFailure::kPack);
+      return WithLookupFailure(s, now.status()).WithContext("chunk " + hash.Hex());
+    }
+    entry = **now;
+    s = packs_->ReadEncoded(entry, out);
   }
-  return packs_->ReadEncoded(**now, out).WithContext("chunk " + hash.Hex());
+  return s.WithContext("chunk " + hash.Hex());
 }
 
 Status ChunkStore::ReadAndCheck(const ChunkRef& ref, const PackEntry& entry, uint8_t* dst, ReadFailure* failure) {
@@ -217,18 +239,19 @@ Status ChunkStore::ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* ds
   }
   ReadFailure failure;
   Status s = ReadAndCheck(ref, entry, dst, &failure);
-  if (s.ok()) return s;
-  // See ReadChunkValue: once more where the index names the chunk now. A
+  // See ReadChunkValueAt: again where the index names the chunk now. A
   // read-only store's view may also name a place the writer has since
   // reused (its bytes then fail the hash): that is looked up again too.
-  auto now = CurrentEntry(ref.hash, entry);
-  if (now.ok() && !now->has_value()) return ChunkGone(ref.hash);
-  if (!now.ok() || **now == entry || (*now)->raw_bytes != ref.raw_bytes) {
-    NoteFailedRead(ref.hash, entry, failure);
-    return s;
+  for (int moves = 0; !s.ok() && moves < kChunkMovesFollowed; ++moves) {
+    auto now = CurrentEntry(ref.hash, entry);
+    if (now.ok() && !now->has_value()) return ChunkGone(ref.hash);
+    if (!now.ok() || **now == entry || (*now)->raw_bytes != ref.raw_bytes) {
+      NoteFailedRead(ref.hash, entry, failure);
+      return WithLookupFailure(s, now.status());
+    }
+    entry = **now;
+    s = ReadAndCheck(ref, entry, dst, &failure);
   }
-  entry = **now;
-  s = ReadAndCheck(ref, entry, dst, &failure);
   if (!s.ok()) NoteFailedRead(ref.hash, entry, failure);
   return s;
 }
@@ -384,15 +407,24 @@ Result<std::optional<PackEntry>> ChunkStore::CurrentEntry(const ChunkHash& hash,
     TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, lookup(*newest));
     if (!entry || !(*entry == failed)) return entry;
   }
-  TRAINSNAP_ASSIGN_OR_RETURN(std::shared_ptr<const DbSession::Newer> newer, session_.NewerThan(since));
+  // A read-only open races the writer's memtable flushes: it can fail (a
+  // WAL file it listed was removed meanwhile), and it may miss the flushed
+  // writes (if it read the MANIFEST before the flush's edit and listed the
+  // WAL files after). So a failed open is tried again, and a second
+  // instance, opened after the first, confirms before the pack counts as
+  // damaged.
+  auto open_newer = [&](uint64_t after) -> Result<std::shared_ptr<const DbSession::Newer>> {
+    Result<std::shared_ptr<const DbSession::Newer>> newer = session_.NewerThan(after);
+    for (int attempt = 1; !newer.ok() && attempt < kNewerOpenAttempts; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));
+      newer = session_.NewerThan(after);
+    }
+    return newer;
+  };
+  TRAINSNAP_ASSIGN_OR_RETURN(std::shared_ptr<const DbSession::Newer> newer, open_newer(since));
   TRAINSNAP_ASSIGN_OR_RETURN(std::optional<PackEntry> entry, lookup(*newer));
   if (entry && *entry == failed) {
-    // A read-only open that races the writer's memtable flush can miss the
-    // flushed writes (it read the MANIFEST before the flush's edit and
-    // lists the WAL files after the flushed one was removed), so one
-    // instance naming the failed place may be stale: a second one, opened
-    // after it, confirms before the pack counts as damaged.
-    TRAINSNAP_ASSIGN_OR_RETURN(newer, session_.NewerThan(newer->id));
+    TRAINSNAP_ASSIGN_OR_RETURN(newer, open_newer(newer->id));
     TRAINSNAP_ASSIGN_OR_RETURN(entry, lookup(*newer));
   }
   if (entry && *entry == failed) {

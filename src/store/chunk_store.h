@@ -114,9 +114,10 @@ class ChunkStore {
   // *out. Corruption when the index lacks it or its pack is short.
   Status ReadChunkValue(const ChunkHash& hash, const rocksdb::ReadOptions& ro, std::string* out);
   // The same for a caller that has looked up the chunk's index entry
-  // already: reads `entry`'s bytes, and where that fails, once more where
-  // the index names the chunk now (a compaction may have moved it).
-  Status ReadChunkValueAt(const ChunkHash& hash, const PackEntry& entry, std::string* out);
+  // already: reads `entry`'s bytes, and where that fails, again where the
+  // index names the chunk now (a compaction may have moved it, more than
+  // once).
+  Status ReadChunkValueAt(const ChunkHash& hash, PackEntry entry, std::string* out);
   // Decodes the encoded chunk `value` (ref.raw_bytes long) into dst and
   // checks its hash; a delta chunk's base is read and decoded into dst first
   // (recursively), and the delta applied there. Only the result is hashed:
@@ -185,8 +186,8 @@ class ChunkStore {
   Status ReadAndCheck(const ChunkRef& ref, const PackEntry& entry, uint8_t* dst, ReadFailure* failure);
   // Reads chunk `ref`, whose index entry is `entry`, into dst (raw chunks
   // straight from the pack, others decoded from a buffer) and checks its
-  // hash. A read that fails is retried once where the index names the chunk
-  // now (CurrentEntry).
+  // hash. A read that fails is retried where the index names the chunk now
+  // (CurrentEntry), following a few moves.
   Status ReadChunkAt(const ChunkRef& ref, PackEntry entry, uint8_t* dst);
   // Reads and decodes chunks[begin, end): one MultiGet of their index
   // entries, then ReadChunkAt each; the first error per read goes to

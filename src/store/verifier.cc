@@ -27,6 +27,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Tries of Verify's recheck of damaged packs against a newer instance
+// (read-only stores).
+constexpr int kPackRechecks = 3;
+
 // The end of the last chunk the index `cf` of `db` places in each pack; an
 // entry that does not parse is reported through `problem`.
 Status PackEnds(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, std::map<uint32_t, uint64_t>* ends,
@@ -288,9 +292,15 @@ void Verifier::VerifyStore(VerifyReport* report) {
   auto files = chunks_.packs().List();
   std::vector<PackDamage> damage;
   if (files.ok()) damage = FindPackDamage(pack_ends, *files);
-  if (!damage.empty() && session_.read_only()) {
-    // This store's view may be older than a compaction that removed or cut
-    // a pack since: what the writer's index names now decides.
+  // This store's view may be older than a compaction that removed or cut a
+  // pack since: what the writer's index names now decides. Each try takes an
+  // instance opened after the last listing, then lists again: a pack missing
+  // from a listing and still named by an instance opened after it is damage
+  // (the writer removes a pack only after its index entries), and a pack
+  // created after the instance is not named by it. Another compaction may
+  // remove a pack between an instance's open and the next listing: hence
+  // more than one try.
+  for (int tries = 0; !damage.empty() && session_.read_only() && tries < kPackRechecks; ++tries) {
     auto newer = session_.NewerThan(session_.newer_opened());
     std::map<uint32_t, uint64_t> ends_now;
     if (newer.ok() &&
