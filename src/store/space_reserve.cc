@@ -15,9 +15,14 @@ namespace trainsnap::internal {
 namespace fs = std::filesystem;
 
 void SpaceReserve::Restore() {
+  const std::string tmp = (fs::path(dir_) / kReserveTempFile).string();
+  std::error_code ec;
+  // A reserve whose writing was killed before its rename: never whole, so
+  // never used; its space is given back whatever follows (a full disk or
+  // reserve_bytes 0 would otherwise keep it forever).
+  fs::remove(tmp, ec);
   if (bytes_ == 0) return;
   const fs::path file = fs::path(dir_) / kReserveFile;
-  std::error_code ec;
   if (fs::exists(file, ec)) {
     present_ = true;
     return;
@@ -26,7 +31,6 @@ void SpaceReserve::Restore() {
   // snapshot first.
   const std::optional<uint64_t> free = FreeBytes(dir_);
   if (!free || *free < 2 * bytes_) return;
-  const std::string tmp = (fs::path(dir_) / kReserveTempFile).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   bool ok = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)) == 0 && ::fsync(fd) == 0;

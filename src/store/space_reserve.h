@@ -12,12 +12,13 @@ namespace trainsnap::internal {
 
 class SpaceReserve {
  public:
-  // `bytes` 0: no reserve (every call is a no-op).
+  // `bytes` 0: no reserve (Restore only removes a leftover temporary file).
   SpaceReserve(std::string dir, uint64_t bytes) : dir_(std::move(dir)), bytes_(bytes) {}
 
   // Creates the reserve file when it is missing and twice its size is free.
   // Best effort: a full disk just leaves it out. Written under a temporary
-  // name and renamed: a crash never leaves a short reserve that looks whole.
+  // name and renamed: a crash never leaves a short reserve that looks whole;
+  // a temporary file a crash left is removed first.
   void Restore();
   // Deletes the reserve file; true when there was one to delete.
   bool Release();

@@ -8,7 +8,8 @@ namespace trainsnap::internal {
 // The reserve file (StoreOptions::reserve_bytes).
 inline constexpr char kReserveFile[] = "SPACE_RESERVE";
 // The reserve file while it is being written (renamed to kReserveFile once
-// whole); a kill can leave it, and the next SpaceReserve::Restore rewrites it.
+// whole); a kill can leave it, and the next writable open removes it
+// (SpaceReserve::Restore).
 inline constexpr char kReserveTempFile[] = "SPACE_RESERVE.tmp";
 
 }  // namespace trainsnap::internal

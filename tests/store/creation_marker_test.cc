@@ -11,6 +11,7 @@
 #include <string>
 
 #include "store/commit_log.h"
+#include "store/store_files.h"
 #include "store/store_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -23,6 +24,8 @@ using internal::CreationMarker;
 using internal::CreationState;
 using internal::InspectCreation;
 using internal::kCreationMarker;
+using internal::kReserveFile;
+using internal::kReserveTempFile;
 
 void Touch(const fs::path& path) { std::ofstream(path) << "x"; }
 
@@ -133,6 +136,26 @@ TEST(StoreCreationTest, AnInterruptedCreationIsFinishedByTheNextWritableOpen) {
   ASSERT_OK(reopened);
   EXPECT_TRUE((*reopened)->open_notes().empty());
   EXPECT_EQ(ReadFloats(**reopened, 1, 1), a);
+}
+
+// A kill while the reserve was written leaves SPACE_RESERVE.tmp in a whole
+// store: the next writable open removes it, also when it writes no reserve
+// (none configured, or no room for one).
+TEST(StoreCreationTest, ALeftoverReserveTempFileIsRemovedByTheNextWritableOpen) {
+  for (uint64_t reserve : {uint64_t{0}, uint64_t{1} << 50}) {
+    SCOPED_TRACE("reserve_bytes " + std::to_string(reserve));
+    TempDir dir;
+    const std::string path = dir.Sub("s");
+    StoreOptions options = SmallChunks();
+    options.reserve_bytes = 0;
+    ASSERT_OK(Store::Open(path, options));
+    Touch(path + "/" + kReserveTempFile);
+    options.reserve_bytes = reserve;
+    auto store = Store::Open(path, options);
+    ASSERT_OK(store);
+    EXPECT_FALSE(fs::exists(path + "/" + kReserveTempFile));
+    EXPECT_FALSE(fs::exists(path + "/" + kReserveFile));
+  }
 }
 
 // While another process creates the store (it holds the marker's lock),
