@@ -21,6 +21,7 @@
 #include "distributed/run_dir_deletion.h"
 #include "store/kill_point.h"
 #include "store/retention.h"
+#include "store/snapshot_drop.h"
 #include "torch/manifest_codec.h"
 #include "trainsnap/distributed.h"
 
@@ -194,9 +195,8 @@ class DistributedState {
   // Every rank store this rank keeps: its own, then those of ranks the group
   // no longer has that it looks after.
   std::vector<Store*> KeptStores();
-  // Deletes this rank's snapshots of the steps retention dropped; collects
-  // a store's garbage once its dropped bytes add up to a quarter of the
-  // bytes of one snapshot.
+  // Deletes this rank's snapshots of the steps retention dropped and the
+  // chunks only they referenced (DropSnapshots).
   void DropRetained(const std::vector<int64_t>& dropped);
   void WaitIdle() EXCLUDES(mu_);
   Status DropLocalAfterRollback() EXCLUDES(mu_);
@@ -231,7 +231,7 @@ class DistributedState {
   // or by the training thread while the committer is idle.
   std::map<int, std::unique_ptr<Store>> kept_;
   std::map<int, std::unique_ptr<Store>> restore_sources_;  // read-only, for one restore (training thread)
-  std::map<Store*, uint64_t> dropped_bytes_;               // since each store's last collection (committer)
+  std::map<Store*, bool> needs_full_collection_;           // a drop's collection failed (committer)
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<ReplicaPlacement> placement_;  // the local Checkpointer's TensorPlacement
 
@@ -347,8 +347,11 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
                           : options_.store.threads > 0
                               ? options_.store.threads
                               : std::min(8, static_cast<int>(std::thread::hardware_concurrency()));
+      // One rank has no replica to compare with: it hashes nothing (the
+      // check's cost, a stall of up to 1.7x on 2 cores, would buy nothing).
+      const bool hash_replicas = options_.verify_replicas && size() > 1;
       placement_ = std::make_unique<ReplicaPlacement>(options_.model_replicated, options_.optimizer_replicated,
-                                                      options_.verify_replicas, rank(), size(), threads);
+                                                      hash_replicas, rank(), size(), threads);
       checkpointer_options.placement = placement_.get();
     }
     checkpointer_ = std::make_unique<Checkpointer>(*local_, checkpointer_options);
@@ -542,26 +545,16 @@ std::vector<Store*> DistributedState::KeptStores() {
 void DistributedState::DropRetained(const std::vector<int64_t>& dropped) {
   if (dropped.empty()) return;
   for (Store* store : KeptStores()) {
-    uint64_t bytes = 0;
-    for (int64_t step : dropped) {
-      Result<SnapshotInfo> info = store->Info(step);
-      if (info.ok()) bytes += info->new_bytes;
-    }
+    // Only what the dropped snapshots referenced is collected (no scan of a
+    // store's chunks: a drop costs what it deletes, whatever the rank count).
+    // After a failure (e.g. lost commits unacknowledged) the steps are still
+    // deleted, and the next drop collects the whole store once.
+    bool& full = needs_full_collection_[store];
+    if (!full && DropSnapshots(*store, dropped).ok()) continue;
     // A failed delete is retried by the next Open (a snapshot of a step that
-    // is not global).
+    // is not global); a failed collection by the next drop.
     if (!DeleteRankSnapshots(*store, dropped).ok()) continue;
-    uint64_t& pending = dropped_bytes_[store];
-    pending += bytes;
-    // What one snapshot references now: the bar for a collection.
-    Result<std::optional<int64_t>> latest = store->Latest();
-    uint64_t live = 0;
-    if (latest.ok() && latest->has_value()) {
-      Result<SnapshotInfo> info = store->Info(**latest);
-      if (info.ok()) live = info->stored_bytes;
-    }
-    if (pending == 0 || pending * 4 < live) continue;
-    // As a store's own retention: a failure is retried next time.
-    if (store->CollectGarbage().ok()) pending = 0;
+    full = !store->CollectGarbage().ok();
   }
 }
 
@@ -578,7 +571,7 @@ Status DistributedState::CheckReplicas(const Pending& pending, const std::vector
                                      std::to_string(r) + " differs from rank 0");
     }
   }
-  if (reports[0].values[kVerify] == 0) return Status::OK();
+  if (reports[0].values[kVerify] == 0 || reports.size() == 1) return Status::OK();
   // Every rank's hashes, in candidate order (the same tensors everywhere:
   // the fingerprints agree).
   const std::vector<uint64_t> none;

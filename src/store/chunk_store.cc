@@ -125,6 +125,7 @@ Status ChunkStore::IndexForCommit(const std::vector<NewChunk>& chunks, const std
 
 void ChunkStore::NoteIndexed(const std::vector<NewChunk>& chunks) {
   for (const NewChunk& c : chunks) registry_.NoteIndexed(c.hash, c.entry.length);
+  packs_->RotateIfAtLeast(kPackRotateAtCommitBytes);
 }
 
 Status ChunkStore::ReadChunkDeps(std::unordered_map<ChunkHash, ChunkHash, ChunkHashHasher>* deps) {
@@ -687,6 +688,7 @@ Status ChunkStore::CompactPacks(GcReport* report) {
   // Rewriting needs room for the copies: as many packs as the free space holds.
   const std::optional<uint64_t> free = FreeBytes(session_.path());
   uint64_t budget = free ? *free : 0;
+  bool copied = false;
   for (const PackSet::FileInfo& f : sparse) {
     const PackUsage& u = usage.at(f.pack);
     if (u.live > budget) break;
@@ -714,6 +716,7 @@ Status ChunkStore::CompactPacks(GcReport* report) {
                                       " was not compacted: " + unreadable.ToString());
       continue;
     }
+    copied = true;
     TRAINSNAP_KILL_POINT(kKillCompactCopied);
     TRAINSNAP_RETURN_IF_ERROR(packs_->Sync().WithContext(context));
     TRAINSNAP_KILL_POINT(kKillCompactSynced);
@@ -726,6 +729,9 @@ Status ChunkStore::CompactPacks(GcReport* report) {
     report->pack_bytes_rewritten += u.live;
     report->pack_bytes_freed += f.size - u.live;
   }
+  // The copies (older chunks, still live) do not share a pack with the
+  // chunks of later captures, whose snapshots retention drops at other times.
+  if (copied) packs_->Rotate();
   return Status::OK();
 }
 

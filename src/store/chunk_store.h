@@ -43,6 +43,13 @@ namespace trainsnap::internal {
 
 // Pack files are closed for appends (a new one is started) at this size.
 inline constexpr uint64_t kPackTargetBytes = uint64_t{64} << 20;
+// A commit ends the active pack once it holds this much: the chunks of a
+// large snapshot get packs of their own, so that deleting the snapshot
+// (retention drops the oldest) deletes whole packs instead of leaving
+// packs part live, which compaction would rewrite (with keep_last 2 and
+// every chunk changed, each drop rewrote two snapshots' bytes). Smaller
+// snapshots share packs. Compaction's copies get packs of their own too.
+inline constexpr uint64_t kPackRotateAtCommitBytes = uint64_t{4} << 20;
 // Compaction rewrites the live chunks of a pack whose live bytes fell below
 // this fraction of its chunk bytes: pack files then stay under about
 // 1 / kCompactBelow times the live bytes (plus the packs still written).
@@ -100,7 +107,8 @@ class ChunkStore {
   // *batch. Caller holds a view.
   Status IndexForCommit(const std::vector<NewChunk>& chunks, const std::string& context, rocksdb::WriteBatch* batch);
   // After the batch of IndexForCommit committed: the chunks are stored (and
-  // usable again if they were not).
+  // usable again if they were not). Ends the active pack once it holds
+  // kPackRotateAtCommitBytes.
   void NoteIndexed(const std::vector<NewChunk>& chunks);
   // Deletes the unpinned `candidates` (sizes[i] = encoded bytes of
   // candidates[i]) from the index and adds them to `report`. Caller holds a

@@ -154,19 +154,37 @@ Result<PruneReport> GarbageCollector::Prune(const RetentionPolicy& policy, bool 
   PruneReport report;
   if (policy.keep_last <= 0) return report;  // keep_last = 0 keeps everything
   TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> steps, catalog_.ListSteps());
+  std::vector<int64_t> outside;
   for (int64_t step : StepsOutsidePolicy(steps, policy)) {
     // A commit never deletes the snapshot it has just acknowledged.
     if (committed.has_value() && step == *committed) continue;
-    report.deleted_steps.push_back(step);
+    outside.push_back(step);
   }
-  std::vector<ChunkRef> released;
+  if (!full_gc) return DeleteAndCollect(outside, steps, sync);
+  report.deleted_steps = std::move(outside);
   if (!report.deleted_steps.empty()) {
-    TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(report.deleted_steps, sync, full_gc ? nullptr : &released));
+    TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(report.deleted_steps, sync, nullptr));
   }
-  if (full_gc) {
-    TRAINSNAP_ASSIGN_OR_RETURN(report.gc, Collect({}));
-    return report;
+  TRAINSNAP_ASSIGN_OR_RETURN(report.gc, Collect({}));
+  return report;
+}
+
+Result<PruneReport> GarbageCollector::DeleteAndCollect(const std::vector<int64_t>& steps, bool sync) {
+  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> stored, catalog_.ListSteps());
+  return DeleteAndCollect(steps, stored, sync);
+}
+
+Result<PruneReport> GarbageCollector::DeleteAndCollect(const std::vector<int64_t>& steps,
+                                                       const std::vector<int64_t>& stored, bool sync) {
+  PruneReport report;
+  const std::set<int64_t> held(stored.begin(), stored.end());
+  const std::set<int64_t> wanted(steps.begin(), steps.end());
+  for (int64_t step : wanted) {
+    if (held.count(step)) report.deleted_steps.push_back(step);
   }
+  if (report.deleted_steps.empty()) return report;
+  std::vector<ChunkRef> released;
+  TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(report.deleted_steps, sync, &released));
   if (released.empty()) return report;
   // Incremental: only the chunks the deleted snapshots referenced can have
   // become garbage; a full scan of the chunks would read every blob.

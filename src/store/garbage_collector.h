@@ -44,6 +44,11 @@ class GarbageCollector {
   // after every commit).
   Result<PruneReport> Prune(const RetentionPolicy& policy, bool full_gc, bool sync,
                             std::optional<int64_t> committed = std::nullopt);
+  // Deletes the snapshots of `steps` the store holds (the others are
+  // skipped; in one batch, WAL synced when `sync`), then the chunks only
+  // they referenced, and the delta bases only those needed: no scan of the
+  // chunk index. PruneReport::deleted_steps: the steps deleted, ascending.
+  Result<PruneReport> DeleteAndCollect(const std::vector<int64_t>& steps, bool sync);
   // The steps whose snapshots reference an unusable chunk (or whose records
   // cannot be read), ascending.
   Result<std::vector<int64_t>> StepsWithUnusableChunks();
@@ -51,6 +56,9 @@ class GarbageCollector {
   Status NameDamagedSteps(GcReport* report);
 
  private:
+  // DeleteAndCollect with the store's steps (`stored`) already listed.
+  Result<PruneReport> DeleteAndCollect(const std::vector<int64_t>& steps, const std::vector<int64_t>& stored,
+                                       bool sync);
   rocksdb::DB* db() const { return session_.db(); }
 
   DbSession& session_;

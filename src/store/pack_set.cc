@@ -257,6 +257,11 @@ void PackSet::Rotate() {
   active_.reset();
 }
 
+void PackSet::RotateIfAtLeast(uint64_t bytes) {
+  MutexLock lock(&mu_);
+  if (active_ && writers_.at(*active_).size >= bytes) active_.reset();
+}
+
 Status PackSet::Truncate(uint32_t pack, uint64_t size) {
   {
     MutexLock lock(&mu_);

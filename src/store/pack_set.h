@@ -85,6 +85,8 @@ class PackSet {
   // Ends appends to the active pack (the next append starts a new one); it
   // stays open until the next Sync makes its bytes durable.
   void Rotate();
+  // Rotate when the active pack holds at least `bytes` (header included).
+  void RotateIfAtLeast(uint64_t bytes);
 
   // --- maintenance (caller excludes readers of the pack) ------------------------
   Status Truncate(uint32_t pack, uint64_t size);

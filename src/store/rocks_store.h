@@ -66,6 +66,9 @@ class RocksStore final : public Store, private ChunkSink {
   Result<RepairReport> Repair() override;
   Result<GcPlan> PlanCollection(const std::vector<int64_t>& steps, const ProgressFn& progress) override;
 
+  // DropSnapshots (store/snapshot_drop.h).
+  Result<PruneReport> DropSnapshots(const std::vector<int64_t>& steps);
+
   // The store's worker threads and their count (tests check their priority).
   boost::asio::thread_pool& worker_pool() { return *pool_; }
   int threads() const { return threads_; }
@@ -122,6 +125,11 @@ class RocksStore final : public Store, private ChunkSink {
   // Caller holds a view. `report` (may be null) gets the packs removed and
   // the bytes rewritten.
   Status ReclaimSpace(GcReport* report) REQUIRES(commit_mu_);
+  // Retention's bound on garbage: adds `deleted` chunk bytes to those
+  // deleted since the last ReclaimSpace and runs it once they reach
+  // kMaxGarbageRatio of the live pack bytes. Whether it ran (a failure is
+  // retried the next time). Caller holds a view.
+  bool ReclaimWhenDue(uint64_t deleted, GcReport* report) REQUIRES(commit_mu_);
   // ReclaimSpace; on NoSpace, once more with the reserve's space (reopening
   // the database, which the failure stopped). Restores the reserve after.
   Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report) REQUIRES(commit_mu_);

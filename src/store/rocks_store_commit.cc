@@ -12,6 +12,7 @@
 #include "store/messages.h"
 #include "store/rocksdb_status.h"
 #include "store/schema.h"
+#include "store/snapshot_drop.h"
 
 namespace trainsnap::internal {
 
@@ -66,13 +67,7 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   if (options_.retention.keep_last > 0 && !catalog_->lost_commits()) {
     auto pruned = GarbageCollector(*session_, *catalog_, *chunks_)
                       .Prune(options_.retention, /*full_gc=*/false, options_.sync, info.step);
-    if (pruned.ok()) deleted_since_reclaim_ += pruned->gc.bytes_deleted;
-    // Bounded garbage: compaction keeps the packs near the live bytes.
-    if (deleted_since_reclaim_ > 0 && static_cast<double>(deleted_since_reclaim_) >=
-                                          kMaxGarbageRatio * static_cast<double>(chunks_->live_pack_bytes())) {
-      static_cast<void>(ReclaimSpace(nullptr));
-      flushed = true;
-    }
+    flushed = ReclaimWhenDue(pruned.ok() ? pruned->gc.bytes_deleted : 0, nullptr);
   }
   const int max_commits =
       options_.max_unflushed_commits > 0 ? options_.max_unflushed_commits : kDefaultMaxUnflushedCommits;
@@ -89,6 +84,45 @@ Result<SnapshotInfo> RocksStore::CommitSnapshot(SnapshotCommit commit, uint64_t*
   }
   if (!reserve_.present()) reserve_.Restore();
   return info;
+}
+
+bool RocksStore::ReclaimWhenDue(uint64_t deleted, GcReport* report) {
+  deleted_since_reclaim_ += deleted;
+  // Bounded garbage: compaction keeps the packs near the live bytes.
+  if (deleted_since_reclaim_ == 0 ||
+      static_cast<double>(deleted_since_reclaim_) <
+          kMaxGarbageRatio * static_cast<double>(chunks_->live_pack_bytes())) {
+    return false;
+  }
+  static_cast<void>(ReclaimSpace(report));
+  return true;
+}
+
+Result<PruneReport> RocksStore::DropSnapshots(const std::vector<int64_t>& steps) {
+  const std::string context = "delete snapshots in " + path();
+  TRAINSNAP_RETURN_IF_ERROR(CheckWritable(context));
+  // Collecting garbage waits for an acknowledged loss (CollectGarbage's rule).
+  TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckNoLostCommits(context));
+  MutexLock lock(&commit_mu_);
+  reserve_.UseIfFull();
+  std::shared_lock<std::shared_mutex> view_lock;
+  auto attempt = [&]() -> Result<PruneReport> {
+    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite());
+    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+    return GarbageCollector(*session_, *catalog_, *chunks_).DeleteAndCollect(steps, options_.sync);
+  };
+  // The steps go in one batch before any chunk: a failure before that batch
+  // changed nothing, and one after it left garbage only (a full collection
+  // removes it), so trying again with the reserve's space is safe.
+  Result<PruneReport> report = attempt();
+  if (!report.ok() && report.status().code() == StatusCode::kNoSpace && reserve_.Release()) {
+    if (view_lock.owns_lock()) view_lock.unlock();
+    report = attempt();
+  }
+  if (report.ok()) ReclaimWhenDue(report->gc.bytes_deleted, &report->gc);
+  reserve_.Restore();
+  if (!report.ok()) return report.status().WithContext(context);
+  return report;
 }
 
 Status RocksStore::CheckRetentionKeeps(int64_t step) {
@@ -254,6 +288,11 @@ Status RocksStore::GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock,
   }
   reserve_.Restore();
   return s.WithContext("give space back");
+}
+
+Result<PruneReport> DropSnapshots(Store& store, const std::vector<int64_t>& steps) {
+  if (auto* rocks = dynamic_cast<RocksStore*>(&store)) return rocks->DropSnapshots(steps);
+  return Status::NotSupported("delete snapshots in " + store.path() + ": not a store Store::Open made");
 }
 
 }  // namespace trainsnap::internal

@@ -162,6 +162,16 @@ std::vector<int64_t> StoreSteps(const std::string& path) {
 
 std::vector<int64_t> GlobalSteps(const std::string& run_dir) { return StoreSteps(run_dir + "/global"); }
 
+// Chunks of the store at `path` that no snapshot references (-1: no figure).
+int64_t CollectableChunks(const std::string& path) {
+  auto store = trainsnap::Store::OpenReadOnly(path);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return -1;
+  auto stats = (*store)->Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  return stats.ok() ? static_cast<int64_t>(stats->collectable_chunks) : -1;
+}
+
 void ExpectAllExited(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
     auto error = results[r].values.find("error");
@@ -199,6 +209,8 @@ TEST(DistributedCheckpointerTest, RetentionKeepsTheSameGlobalStepsOnEveryRank) {
     char name[16];
     std::snprintf(name, sizeof(name), "rank-%05d", r);
     EXPECT_EQ(StoreSteps(run + "/" + name), (std::vector<int64_t>{4, 5})) << "rank " << r;
+    // Each drop collected the chunks only its snapshots referenced.
+    EXPECT_EQ(CollectableChunks(run + "/" + name), 0) << "rank " << r;
   }
 }
 
