@@ -458,7 +458,8 @@ Status Catalog::AddSnapshot(const SnapshotCommit& commit, rocksdb::WriteBatch* b
   return Status::OK();
 }
 
-Status Catalog::DeleteSteps(const std::vector<int64_t>& steps, bool sync, std::vector<ChunkRef>* released) {
+Status Catalog::DeleteSteps(const std::vector<int64_t>& steps, bool sync, std::vector<ChunkRef>* released,
+                            std::vector<int64_t>* deleted) {
   rocksdb::WriteBatch batch;
   TRAINSNAP_ASSIGN_OR_RETURN(std::optional<StoreCountsData> stored_counts, ReadCounts(nullptr));
   StoreCountsData counts = stored_counts.value_or(StoreCountsData());
@@ -486,6 +487,8 @@ Status Catalog::DeleteSteps(const std::vector<int64_t>& steps, bool sync, std::v
       return FromRocks(found, "read snapshot record of " + StepName(step));
     }
   }
+  if (deleted) deleted->assign(gone.begin(), gone.end());
+  if (gone.empty()) return Status::OK();
   if (gone.size() > counts.snapshots) {
     return Status::Corruption("the store records " + std::to_string(counts.snapshots) + " snapshots, fewer than the " +
                               std::to_string(gone.size()) + " to delete (run `trainsnap verify`)");

@@ -157,8 +157,10 @@ class Catalog {
                      StoreCountsData* counts, uint64_t* record_bytes);
   // Deletes the snapshots `steps` (and their tensor records) in one atomic
   // batch (WAL synced when `sync`); collects the chunk refs of their records
-  // into *released if given.
-  Status DeleteSteps(const std::vector<int64_t>& steps, bool sync, std::vector<ChunkRef>* released);
+  // into *released if given, and the steps of `steps` that were stored into
+  // *deleted (ascending) if given. Writes nothing when none is stored.
+  Status DeleteSteps(const std::vector<int64_t>& steps, bool sync, std::vector<ChunkRef>* released,
+                     std::vector<int64_t>* deleted = nullptr);
   // Store::Repair: deletes leftover tensor records of steps that have no
   // snapshot record, in one batch (WAL synced when `sync`), only when the
   // snapshot records agree with the counts (Corruption otherwise, nothing

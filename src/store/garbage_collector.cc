@@ -160,7 +160,7 @@ Result<PruneReport> GarbageCollector::Prune(const RetentionPolicy& policy, bool 
     if (committed.has_value() && step == *committed) continue;
     outside.push_back(step);
   }
-  if (!full_gc) return DeleteAndCollect(outside, steps, sync);
+  if (!full_gc) return DeleteAndCollect(outside, sync);
   report.deleted_steps = std::move(outside);
   if (!report.deleted_steps.empty()) {
     TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(report.deleted_steps, sync, nullptr));
@@ -170,21 +170,10 @@ Result<PruneReport> GarbageCollector::Prune(const RetentionPolicy& policy, bool 
 }
 
 Result<PruneReport> GarbageCollector::DeleteAndCollect(const std::vector<int64_t>& steps, bool sync) {
-  TRAINSNAP_ASSIGN_OR_RETURN(std::vector<int64_t> stored, catalog_.ListSteps());
-  return DeleteAndCollect(steps, stored, sync);
-}
-
-Result<PruneReport> GarbageCollector::DeleteAndCollect(const std::vector<int64_t>& steps,
-                                                       const std::vector<int64_t>& stored, bool sync) {
   PruneReport report;
-  const std::set<int64_t> held(stored.begin(), stored.end());
-  const std::set<int64_t> wanted(steps.begin(), steps.end());
-  for (int64_t step : wanted) {
-    if (held.count(step)) report.deleted_steps.push_back(step);
-  }
-  if (report.deleted_steps.empty()) return report;
+  if (steps.empty()) return report;
   std::vector<ChunkRef> released;
-  TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(report.deleted_steps, sync, &released));
+  TRAINSNAP_RETURN_IF_ERROR(catalog_.DeleteSteps(steps, sync, &released, &report.deleted_steps));
   if (released.empty()) return report;
   // Incremental: only the chunks the deleted snapshots referenced can have
   // become garbage; a full scan of the chunks would read every blob.

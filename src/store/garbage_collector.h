@@ -56,9 +56,6 @@ class GarbageCollector {
   Status NameDamagedSteps(GcReport* report);
 
  private:
-  // DeleteAndCollect with the store's steps (`stored`) already listed.
-  Result<PruneReport> DeleteAndCollect(const std::vector<int64_t>& steps, const std::vector<int64_t>& stored,
-                                       bool sync);
   rocksdb::DB* db() const { return session_.db(); }
 
   DbSession& session_;

@@ -104,24 +104,16 @@ Result<PruneReport> RocksStore::DropSnapshots(const std::vector<int64_t>& steps)
   // Collecting garbage waits for an acknowledged loss (CollectGarbage's rule).
   TRAINSNAP_RETURN_IF_ERROR(catalog_->CheckNoLostCommits(context));
   MutexLock lock(&commit_mu_);
-  reserve_.UseIfFull();
+  TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite().WithContext(context));
   std::shared_lock<std::shared_mutex> view_lock;
-  auto attempt = [&]() -> Result<PruneReport> {
-    TRAINSNAP_RETURN_IF_ERROR(session_->PrepareWrite());
-    TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
-    return GarbageCollector(*session_, *catalog_, *chunks_).DeleteAndCollect(steps, options_.sync);
-  };
-  // The steps go in one batch before any chunk: a failure before that batch
-  // changed nothing, and one after it left garbage only (a full collection
-  // removes it), so trying again with the reserve's space is safe.
-  Result<PruneReport> report = attempt();
-  if (!report.ok() && report.status().code() == StatusCode::kNoSpace && reserve_.Release()) {
-    if (view_lock.owns_lock()) view_lock.unlock();
-    report = attempt();
-  }
-  if (report.ok()) ReclaimWhenDue(report->gc.bytes_deleted, &report->gc);
-  reserve_.Restore();
+  TRAINSNAP_RETURN_IF_ERROR(session_->AcquireView(&view_lock));
+  // No second try with the reserve's space: a failure after the steps'
+  // batch would find them gone and collect nothing, leaving their chunks
+  // behind. The caller falls back to Delete and CollectGarbage, which use
+  // the reserve.
+  Result<PruneReport> report = GarbageCollector(*session_, *catalog_, *chunks_).DeleteAndCollect(steps, options_.sync);
   if (!report.ok()) return report.status().WithContext(context);
+  ReclaimWhenDue(report->gc.bytes_deleted, &report->gc);
   return report;
 }
 

@@ -20,8 +20,9 @@ namespace trainsnap::internal {
 // lists the steps deleted, gc what was collected (and, when space was given
 // back, the packs removed). Errors: those of Store::Delete; Corruption
 // while the store's lost commits are unacknowledged (nothing deleted, as
-// CollectGarbage); NotSupported for a Store of another kind; a failure
-// after the steps' deletion leaves their chunks as garbage, which
+// CollectGarbage); NotSupported for a Store of another kind; NoSpace
+// without using the store's reserve (Delete and CollectGarbage do). A
+// failure after the steps' deletion leaves their chunks as garbage, which
 // CollectGarbage removes.
 Result<PruneReport> DropSnapshots(Store& store, const std::vector<int64_t>& steps);
 
