@@ -12,7 +12,8 @@
 // drop adds to a blocking Capture (keep_last 2 against keep_last 0, the
 // runs interleaved). Results: bench/README.md, "Several ranks".
 //
-//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--rounds 3] [--retention] [--dir DIR] [--json FILE]
+//   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--rounds 3] [--replica-stride N] [--retention]
+//                     [--dir DIR] [--json FILE]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,7 +91,7 @@ struct Job {
 };
 
 int RunRank(int rank, int world, const std::string& dir, const std::string& rendezvous, int64_t mb, int snapshots,
-            bool verify, int keep_last, bool blocking, const std::string& result_path) {
+            bool verify, int stride, int keep_last, bool blocking, const std::string& result_path) {
   torch::set_num_threads(1);
   const std::chrono::minutes timeout(5);
   auto store = c10::make_intrusive<c10d::FileStore>(rendezvous, world);
@@ -104,6 +105,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   options.store.sync = true;
   options.store.reserve_bytes = 0;
   options.verify_replicas = verify;
+  options.replica_check_stride = stride;
   options.store.retention.keep_last = keep_last;
   auto opened = trainsnap::DistributedCheckpointer::Open(dir + "/run", group, options);
   if (!opened.ok()) {
@@ -204,7 +206,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
 }
 
 json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots, bool verify,
-              int keep_last = 0, bool blocking = false) {
+              int stride, int keep_last = 0, bool blocking = false) {
   const std::string dir = base + "/ranks-" + std::to_string(world) + (verify ? "-verify" : "") +
                           (blocking ? "-keep" + std::to_string(keep_last) : "");
   fs::remove_all(dir);
@@ -214,7 +216,8 @@ json RunWorld(const std::string& self, const std::string& base, int world, int64
     std::vector<std::string> args{self, "rank", "--rank", std::to_string(r), "--world", std::to_string(world),
                                   "--dir", dir, "--rendezvous", dir + "/rendezvous", "--mb", std::to_string(mb),
                                   "--snapshots", std::to_string(snapshots), "--verify", verify ? "1" : "0",
-                                  "--keep-last", std::to_string(keep_last), "--blocking", blocking ? "1" : "0",
+                                  "--stride", std::to_string(stride), "--keep-last", std::to_string(keep_last),
+                                  "--blocking", blocking ? "1" : "0",
                                   "--result",
                                   dir + "/result-" + std::to_string(r) + ".json"};
     const pid_t pid = fork();
@@ -303,6 +306,9 @@ int main(int argc, char** argv) {
   app.add_option("--snapshots", snapshots, "snapshots per rank and run")->check(CLI::Range(4, 100000));
   app.add_option("--rounds", rounds, "runs with the replica check off and on, interleaved, per world size");
   app.add_flag("--retention", retention, "also measure a retention drop (keep_last 2 against 0, interleaved)");
+  int stride = trainsnap::DistributedOptions{}.replica_check_stride;
+  app.add_option("--replica-stride", stride, "DistributedOptions::replica_check_stride of the runs with the check on")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--dir", dir, "working directory (removed first)");
   app.add_option("--json", json_path, "write the results here");
   int rank = 0, world = 1, rank_verify = 0, keep_last = 0, blocking = 0;
@@ -316,11 +322,13 @@ int main(int argc, char** argv) {
   one->add_option("--snapshots", snapshots);
   one->add_option("--result", result);
   one->add_option("--verify", rank_verify);
+  one->add_option("--stride", stride);
   one->add_option("--keep-last", keep_last);
   one->add_option("--blocking", blocking);
   CLI11_PARSE(app, argc, argv);
   if (*one) {
-    return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, keep_last, blocking != 0, result);
+    return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, stride, keep_last, blocking != 0,
+                   result);
   }
 
   const std::string self = fs::canonical("/proc/self/exe").string();
@@ -334,7 +342,8 @@ int main(int argc, char** argv) {
     std::vector<double> stall[2], restore, load;
     for (int round = 0; round < rounds; ++round) {
       for (bool with_verify : {false, true}) {
-        json r = RunWorld(self, dir, w, mb, snapshots, with_verify);
+        json r = RunWorld(self, dir, w, mb, snapshots, with_verify, stride);
+        r["replica_check_stride"] = stride;
         r["verify_replicas"] = with_verify;
         r["round"] = round;
         all.push_back(r);
@@ -380,7 +389,7 @@ int main(int argc, char** argv) {
       std::vector<double> keep[2];
       for (int round = 0; round < rounds; ++round) {
         for (int k : {0, 1}) {
-          json r = RunWorld(self, dir, w, mb, snapshots, /*verify=*/true, /*keep_last=*/k == 0 ? 0 : 2,
+          json r = RunWorld(self, dir, w, mb, snapshots, /*verify=*/true, stride, /*keep_last=*/k == 0 ? 0 : 2,
                             /*blocking=*/true);
           r["keep_last"] = k == 0 ? 0 : 2;
           all.push_back(r);

@@ -37,14 +37,23 @@ struct TRAINSNAP_EXPORT DistributedOptions {
   // restore on another world size. A step restores only with the layout it
   // was captured with (ContractMismatch).
   bool optimizer_replicated = true;
-  // At every capture, the ranks compare the XXH3 of every replicated tensor
-  // (hashed on a pool of CheckpointerOptions::threads threads, else
-  // StoreOptions::threads, else up to 8, while the capture stages; compared
-  // by the committers); a divergence fails the step
-  // on every rank with InvalidArgument naming the first differing tensor (by
+  // At every capture, the ranks compare the XXH3 of a sample of every
+  // replicated tensor's bytes (hashed on a pool of CheckpointerOptions::threads
+  // threads, else StoreOptions::threads, else up to 8, while the capture
+  // stages; compared by the committers); a divergence fails the step on
+  // every rank with InvalidArgument naming the first differing tensor (by
   // name, then role) and the ranks whose bytes differ from rank 0's. Every
   // rank must set the same value (InvalidArgument otherwise).
   bool verify_replicas = true;
+  // The sample: one 64 KiB block in replica_check_stride of the replicated
+  // bytes (a state of up to 1 MiB: all of it; up to 16 * stride blocks: 16
+  // blocks), a different one at each step, so that the check adds a few
+  // percent to the stall. A drift that touches every block (a gradient
+  // averaged differently) fails the first capture after it; one confined to
+  // a block is found within `stride` captures on average. 1: every byte at
+  // every capture (on 2 cores a stall up to 2x longer). At least 1
+  // (InvalidArgument at Open); every rank must set the same value.
+  int replica_check_stride = 32;
   // A restore on another world size of a step in the middle of an
   // accumulation window: false (default) refuses it (NotSupported naming the
   // nearest global step at a window boundary); true restarts the window

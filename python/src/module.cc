@@ -781,10 +781,10 @@ PYBIND11_MODULE(_trainsnap, m) {
 
   py::class_<PyDistributed>(m, "_DistributedCheckpointer")
       .def(py::init([](const std::string& run_dir, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                       bool model_replicated, bool optimizer_replicated, bool verify_replicas, double timeout_s,
-                       const std::string& model_state, const std::string& gradients, const std::string& base_label,
-                       bool hash_base_content, int max_captures_in_flight, bool compress, int64_t keep_last, bool sync,
-                       int threads) {
+                       bool model_replicated, bool optimizer_replicated, bool verify_replicas, int replica_check_stride,
+                       double timeout_s, const std::string& model_state, const std::string& gradients,
+                       const std::string& base_label, bool hash_base_content, int max_captures_in_flight, bool compress,
+                       int64_t keep_last, bool sync, int threads) {
              if (!(timeout_s > 0) || timeout_s > 1e9) {
                Raise(Status::InvalidArgument("timeout must be a positive number of seconds, not " +
                                              py::repr(py::float_(timeout_s)).cast<std::string>()));
@@ -799,6 +799,7 @@ PYBIND11_MODULE(_trainsnap, m) {
              options.model_replicated = model_replicated;
              options.optimizer_replicated = optimizer_replicated;
              options.verify_replicas = verify_replicas;
+             options.replica_check_stride = replica_check_stride;
              options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5));
              if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(1);
              return std::make_unique<PyDistributed>(run_dir, group, std::move(options));

@@ -2,6 +2,7 @@
 torch.distributed, for training scripts under torchrun."""
 
 import datetime
+import operator
 
 from ._args import step_arg
 from ._checkpointer import rng_arg
@@ -41,6 +42,18 @@ def _gloo_group(group, timeout):
     return dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout))
 
 
+def _stride(value):
+    """replica_check_stride as an int in [1, 2**31 - 1]; InvalidArgument
+    otherwise (a bool, a float, a string: no silent int())."""
+    try:
+        stride = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        stride = None
+    if stride is None or not 1 <= stride <= (1 << 31) - 1:
+        raise InvalidArgument(f"replica_check_stride must be an integer from 1 to 2**31 - 1, not {value!r}")
+    return stride
+
+
 class DistributedCheckpointer(ReportsOnce):
     """One snapshot across every rank of a torch.distributed job (torchrun,
     DDP), committed globally: the C++ DistributedCheckpointer and its run
@@ -55,8 +68,10 @@ class DistributedCheckpointer(ReportsOnce):
     (torch.distributed.optim.ZeroRedundancyOptimizer) pass
     optimizer_replicated=False: each rank stores its shard. Python
     optimizers' and schedulers' state is stored by each rank in its own
-    store. verify_replicas: compare the replicated tensors' hashes at every
-    capture. timeout: seconds any collective may take (a dead rank is an
+    store. verify_replicas: compare the hashes of a sample of the replicated
+    tensors' bytes at every capture (one 64 KiB block in
+    replica_check_stride, a different one at each step; 1: every byte, a
+    longer stall). timeout: seconds any collective may take (a dead rank is an
     error, never a hang). checkpointer_options: model_state, gradients,
     base_label, hash_base_content, max_captures_in_flight (as Checkpointer),
     compress, keep_last, sync, threads (as Store; keep_last applies to
@@ -67,8 +82,8 @@ class DistributedCheckpointer(ReportsOnce):
     training thread per rank drives it.
     """
 
-    def __init__(self, run_dir, group=None, model_replicated=True, optimizer_replicated=True, verify_replicas=False,
-                 timeout=300.0, **checkpointer_options):
+    def __init__(self, run_dir, group=None, model_replicated=True, optimizer_replicated=True, verify_replicas=True,
+                 replica_check_stride=32, timeout=300.0, **checkpointer_options):
         unknown = sorted(set(checkpointer_options) - set(_OPTIONS))
         if unknown:
             raise TypeError(f"DistributedCheckpointer() got unexpected keyword argument(s) {', '.join(unknown)}")
@@ -79,9 +94,10 @@ class DistributedCheckpointer(ReportsOnce):
             raise InvalidArgument(f"timeout: seconds, not {timeout!r}") from None
         if not 0 < timeout <= 1e9:
             raise InvalidArgument(f"timeout must be a positive number of seconds, not {timeout!r}")
+        stride = _stride(replica_check_stride)
         gloo = _gloo_group(group, timeout)
         self._impl = _DistributedCheckpointer(
-            str(run_dir), gloo, bool(model_replicated), bool(optimizer_replicated), bool(verify_replicas), timeout,
+            str(run_dir), gloo, bool(model_replicated), bool(optimizer_replicated), bool(verify_replicas), stride, timeout,
             options["model_state"], options["gradients"], options["base_label"], bool(options["hash_base_content"]),
             int(options["max_captures_in_flight"]), bool(options["compress"]), int(options["keep_last"]),
             bool(options["sync"]), int(options["threads"]))

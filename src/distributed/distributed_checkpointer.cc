@@ -49,7 +49,7 @@ enum CaptureValue : size_t {
   kStoredBytes = 2,
   kNewBytes = 3,
   kFingerprint = 4,  // of the replicated tensors' names, roles and sizes
-  kVerify = 5,       // the replica check is on
+  kVerify = 5,       // the replica check's stride (replica_check_stride), 0 when it is off
 };
 
 std::string StepText(int64_t step) { return "step " + std::to_string(step); }
@@ -257,6 +257,10 @@ class DistributedState {
 Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user_group) {
   if (!user_group) return Status::InvalidArgument("open " + run_dir_ + ": the process group is null");
   if (options_.timeout.count() <= 0) return Status::InvalidArgument("open " + run_dir_ + ": timeout must be positive");
+  if (options_.replica_check_stride < 1) {
+    return Status::InvalidArgument("open " + run_dir_ + ": replica_check_stride must be at least 1, not " +
+                                   std::to_string(options_.replica_check_stride));
+  }
   // Each rank would decide alone, and a collective capture cannot be skipped on some ranks only.
   if (options_.checkpointer.overhead_budget != 0) {
     return Status::NotSupported("open " + run_dir_ + ": CheckpointerOptions::overhead_budget (ranks would skip alone)");
@@ -350,8 +354,9 @@ Status DistributedState::Open(const c10::intrusive_ptr<c10d::ProcessGroup>& user
       // One rank has no replica to compare with: it hashes nothing (the
       // check's cost, a stall of up to 1.7x on 2 cores, would buy nothing).
       const bool hash_replicas = options_.verify_replicas && size() > 1;
-      placement_ = std::make_unique<ReplicaPlacement>(options_.model_replicated, options_.optimizer_replicated,
-                                                      hash_replicas, rank(), size(), threads);
+      placement_ =
+          std::make_unique<ReplicaPlacement>(options_.model_replicated, options_.optimizer_replicated, hash_replicas,
+                                             rank(), size(), threads, options_.replica_check_stride);
       checkpointer_options.placement = placement_.get();
     }
     checkpointer_ = std::make_unique<Checkpointer>(*local_, checkpointer_options);
@@ -477,7 +482,7 @@ Status DistributedState::CommitGlobally(const Pending& pending) {
   }
   const bool local_committed = pending.staged.ok() && mine.status.ok();
   if (pending.placed.has_value()) mine.values[kFingerprint] = static_cast<int64_t>(pending.placed->fingerprint);
-  mine.values[kVerify] = options_.verify_replicas ? 1 : 0;
+  mine.values[kVerify] = options_.verify_replicas ? options_.replica_check_stride : 0;
   // Phase 2: agree on every rank's outcome.
   Result<std::vector<RankReport>> reports = Agree(mine, what);
   if (!reports.ok()) return reports.status();
@@ -561,10 +566,15 @@ void DistributedState::DropRetained(const std::vector<int64_t>& dropped) {
 Status DistributedState::CheckReplicas(const Pending& pending, const std::vector<RankReport>& reports,
                                        const std::string& what) {
   for (size_t r = 1; r < reports.size(); ++r) {
-    if (reports[r].values[kVerify] != reports[0].values[kVerify]) {
-      return Status::InvalidArgument("verify_replicas is " + std::string(reports[0].values[kVerify] ? "on" : "off") +
-                                     " on rank 0, " + (reports[r].values[kVerify] ? "on" : "off") + " on rank " +
-                                     std::to_string(r));
+    const int64_t first = reports[0].values[kVerify];
+    const int64_t other = reports[r].values[kVerify];
+    if ((first == 0) != (other == 0)) {
+      return Status::InvalidArgument("verify_replicas is " + std::string(first ? "on" : "off") + " on rank 0, " +
+                                     (other ? "on" : "off") + " on rank " + std::to_string(r));
+    }
+    if (first != other) {
+      return Status::InvalidArgument("replica_check_stride is " + std::to_string(first) + " on rank 0, " +
+                                     std::to_string(other) + " on rank " + std::to_string(r));
     }
     if (reports[r].values[kFingerprint] != reports[0].values[kFingerprint]) {
       return Status::InvalidArgument("the ranks hold different replicated tensors (names, roles or sizes): rank " +

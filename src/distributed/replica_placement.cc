@@ -35,123 +35,181 @@ std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks) {
   return owners;
 }
 
-uint64_t PieceHash(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t SampleStride(uint64_t blocks, int replica_check_stride) {
+  const uint64_t most = static_cast<uint64_t>(std::max(replica_check_stride, 1));
+  return std::clamp<uint64_t>(blocks / kReplicaMinSampledBlocks, 1, most);
+}
 
-uint64_t CombinePieceHashes(const std::vector<uint64_t>& pieces, uint64_t size) {
-  return XXH3_64bits_withSeed(pieces.data(), pieces.size() * sizeof(uint64_t), size);
+uint64_t SampleOffset(int64_t step, uint64_t stride) {
+  return stride <= 1 ? 0 : XXH3_64bits(&step, sizeof(step)) % stride;
+}
+
+uint64_t BlockHash(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+uint64_t CombineBlockHashes(const std::vector<uint64_t>& blocks, uint64_t size) {
+  return XXH3_64bits_withSeed(blocks.data(), blocks.size() * sizeof(uint64_t), size);
 }
 
 // The hashes of one capture's replicated tensors, computed by the pool's
-// threads: contiguous host tensors are cut into pieces shared among them;
-// the others (device tensors, non-contiguous views) are copied to the host
-// by one thread each first.
+// threads and by the thread that waits for them (Wait takes tasks too: on
+// an oversubscribed machine a worker may be scheduled only milliseconds
+// later, and the training thread would wait for it with nothing left to
+// do). A task is a sampled block of a contiguous host tensor, or another
+// tensor (on a device, or a view that is not contiguous), which the thread
+// makes contiguous, copying its sampled blocks to the host. Shared with the
+// workers: one that starts after the last task finds none and lets go.
 class ReplicaPlacement::Hashing {
  public:
-  Hashing(boost::asio::thread_pool& pool, int threads, std::vector<torch::Tensor> tensors)
-      : tensors_(std::move(tensors)), first_piece_(tensors_.size() + 1, 0), other_hashes_(tensors_.size()) {
-    for (size_t t = 0; t < tensors_.size(); ++t) {
-      first_piece_[t] = pieces_.size();
-      const torch::Tensor& tensor = tensors_[t];
-      if (!tensor.defined() || tensor.numel() == 0) continue;
-      if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-        others_.push_back(t);
-        continue;
-      }
-      const auto* data = static_cast<const uint8_t*>(tensor.data_ptr());
-      const size_t size = tensor.nbytes();
-      for (size_t at = 0; at < size; at += kReplicaHashPiece) {
-        pieces_.push_back({data + at, std::min(kReplicaHashPiece, size - at)});
-      }
+  static std::shared_ptr<Hashing> Start(boost::asio::thread_pool& pool, int threads, std::vector<torch::Tensor> tensors,
+                                        int64_t step, int check_stride) {
+    auto hashing = std::shared_ptr<Hashing>(new Hashing(std::move(tensors), step, check_stride));
+    const size_t tasks = hashing->blocks_.size() + hashing->others_.size();
+    const size_t workers = std::min(static_cast<size_t>(std::max(threads, 1)), tasks);
+    for (size_t i = 0; i < workers; ++i) {
+      boost::asio::post(pool, [hashing] { hashing->Work(); });
     }
-    first_piece_[tensors_.size()] = pieces_.size();
-    piece_hashes_.resize(pieces_.size());
-    const int workers = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(threads, 1)),
-                                                          std::max<size_t>(1, pieces_.size() + others_.size())));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = workers;  // before the first worker can finish
-    }
-    for (int i = 0; i < workers; ++i) boost::asio::post(pool, [this] { Work(); });
+    return hashing;
   }
-  ~Hashing() { (void)Wait(); }
 
-  // Waits for every hash; one per tensor.
+ private:
+  Hashing(std::vector<torch::Tensor> tensors, int64_t step, int check_stride)
+      : tensors_(std::move(tensors)), block_hashes_(tensors_.size()) {
+    uint64_t blocks = 0;
+    for (const torch::Tensor& tensor : tensors_) blocks += BlockCount(tensor);
+    const uint64_t stride = SampleStride(blocks, check_stride);
+    const uint64_t offset = SampleOffset(step, stride);
+    uint64_t first = 0;  // the global number of each tensor's first block
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      const torch::Tensor& tensor = tensors_[t];
+      const uint64_t count = BlockCount(tensor);
+      // Its first sampled block: the least b >= first with b % stride == offset.
+      const uint64_t skip = (offset + stride - first % stride) % stride;
+      std::vector<size_t> sampled;
+      for (uint64_t b = skip; b < count; b += stride) {
+        sampled.push_back(static_cast<size_t>(b));
+        hashed_bytes_ += BlockSize(tensor, static_cast<size_t>(b));
+      }
+      first += count;
+      block_hashes_[t].resize(sampled.size());
+      if (sampled.empty()) continue;
+      if (tensor.device().is_cpu() && tensor.is_contiguous()) {
+        for (size_t i = 0; i < sampled.size(); ++i) blocks_.push_back({t, i, sampled[i]});
+      } else {
+        others_.push_back({t, std::move(sampled)});
+      }
+    }
+    tasks_ = blocks_.size() + others_.size();
+  }
+
+ public:
+  uint64_t hashed_bytes() const { return hashed_bytes_; }
+
+  // Hashes what no worker has taken yet, then waits for the tasks in flight;
+  // every hash, one per tensor.
   Result<std::vector<uint64_t>> Wait() {
+    Work();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return running_ == 0; });
+      cv_.wait(lock, [this] { return done_ == tasks_; });
       if (!error_.ok()) return error_;
     }
     std::vector<uint64_t> hashes(tensors_.size());
     for (size_t t = 0; t < tensors_.size(); ++t) {
       const torch::Tensor& tensor = tensors_[t];
-      const uint64_t size = tensor.defined() ? static_cast<uint64_t>(tensor.nbytes()) : 0;
-      if (!other_hashes_[t].empty()) {
-        hashes[t] = CombinePieceHashes(other_hashes_[t], size);
-        continue;
-      }
-      std::vector<uint64_t> pieces(piece_hashes_.begin() + static_cast<std::ptrdiff_t>(first_piece_[t]),
-                                   piece_hashes_.begin() + static_cast<std::ptrdiff_t>(first_piece_[t + 1]));
-      hashes[t] = CombinePieceHashes(pieces, size);
+      hashes[t] = CombineBlockHashes(block_hashes_[t], tensor.defined() ? static_cast<uint64_t>(tensor.nbytes()) : 0);
     }
     return hashes;
   }
 
  private:
-  struct Piece {
-    const uint8_t* data;
-    size_t size;
+  struct Block {
+    size_t tensor;
+    size_t slot;   // in block_hashes_[tensor]
+    size_t block;  // in the tensor
+  };
+  struct Other {
+    size_t tensor;
+    std::vector<size_t> blocks;  // sampled, ascending
   };
 
-  void Work() {
-    Status status = ExceptionBoundary([&] {
-      for (size_t o = next_other_++; o < others_.size(); o = next_other_++) {
-        const size_t t = others_[o];
-        torch::Tensor host = tensors_[t].detach().to(torch::kCPU).contiguous();
-        const auto* data = static_cast<const uint8_t*>(host.data_ptr());
-        std::vector<uint64_t>& out = other_hashes_[t];
-        for (size_t at = 0; at < host.nbytes(); at += kReplicaHashPiece) {
-          out.push_back(PieceHash(data + at, std::min(kReplicaHashPiece, host.nbytes() - at)));
-        }
-      }
-      for (size_t i = next_piece_++; i < pieces_.size(); i = next_piece_++) {
-        piece_hashes_[i] = PieceHash(pieces_[i].data, pieces_[i].size);
-      }
-      return Status::OK();
-    });
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!status.ok() && error_.ok()) error_ = status.WithContext("hashing the replicated tensors");
-    if (--running_ == 0) cv_.notify_all();
+  static uint64_t BlockCount(const torch::Tensor& tensor) {
+    if (!tensor.defined()) return 0;
+    return (static_cast<uint64_t>(tensor.nbytes()) + kReplicaHashBlock - 1) / kReplicaHashBlock;
+  }
+  static size_t BlockSize(const torch::Tensor& tensor, size_t block) {
+    return std::min(kReplicaHashBlock, tensor.nbytes() - block * kReplicaHashBlock);
   }
 
-  const std::vector<torch::Tensor> tensors_;  // keeps them alive while hashed
-  std::vector<size_t> first_piece_;           // tensor t's pieces: [first_piece_[t], first_piece_[t + 1])
-  std::vector<Piece> pieces_;
-  std::vector<uint64_t> piece_hashes_;               // by piece, each written by one thread
-  std::vector<size_t> others_;                       // tensors copied to the host first
-  std::vector<std::vector<uint64_t>> other_hashes_;  // their piece hashes, by tensor
-  std::atomic<size_t> next_piece_{0};
+  // Takes tasks until none is left.
+  void Work() {
+    for (size_t o = next_other_++; o < others_.size(); o = next_other_++) {
+      Finish(ExceptionBoundary([&] { return HashOther(others_[o]); }));
+    }
+    for (size_t i = next_block_++; i < blocks_.size(); i = next_block_++) {
+      const Block& block = blocks_[i];
+      const torch::Tensor& tensor = tensors_[block.tensor];
+      const auto* data = static_cast<const uint8_t*>(tensor.data_ptr()) + block.block * kReplicaHashBlock;
+      block_hashes_[block.tensor][block.slot] = BlockHash(data, BlockSize(tensor, block.block));
+      Finish(Status::OK());
+    }
+  }
+
+  Status HashOther(const Other& other) {
+    const torch::Tensor& tensor = tensors_[other.tensor];
+    // Blocks are whole elements: every element size divides kReplicaHashBlock.
+    const int64_t element = static_cast<int64_t>(tensor.element_size());
+    const torch::Tensor flat = tensor.detach().contiguous().reshape({-1});
+    for (size_t i = 0; i < other.blocks.size(); ++i) {
+      const size_t b = other.blocks[i];
+      const int64_t at = static_cast<int64_t>(b * kReplicaHashBlock) / element;
+      const int64_t count = static_cast<int64_t>(BlockSize(tensor, b)) / element;
+      const torch::Tensor host = flat.narrow(0, at, count).to(torch::kCPU).contiguous();
+      block_hashes_[other.tensor][i] = BlockHash(host.data_ptr(), host.nbytes());
+    }
+    return Status::OK();
+  }
+
+  void Finish(const Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok() && error_.ok()) error_ = status.WithContext("hashing the replicated tensors");
+    if (++done_ == tasks_) cv_.notify_all();
+  }
+
+  const std::vector<torch::Tensor> tensors_;         // keeps them alive while hashed
+  std::vector<std::vector<uint64_t>> block_hashes_;  // by tensor, its sampled blocks'; each written by one thread
+  std::vector<Block> blocks_;                        // of contiguous host tensors
+  std::vector<Other> others_;                        // the other tensors
+  uint64_t hashed_bytes_ = 0;
+  std::atomic<size_t> next_block_{0};
   std::atomic<size_t> next_other_{0};
+  size_t tasks_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
-  int running_ = 0;  // workers not finished (mu_)
+  size_t done_ = 0;  // tasks finished (mu_)
   Status error_;     // mu_
 };
 
 ReplicaPlacement::ReplicaPlacement(bool model_replicated, bool optimizer_replicated, bool verify, int rank, int ranks,
-                                   int hash_threads)
+                                   int hash_threads, int check_stride)
     : model_replicated_(model_replicated),
       optimizer_replicated_(optimizer_replicated),
       verify_(verify),
       rank_(rank),
       ranks_(ranks),
-      hash_threads_(std::max(hash_threads, 1)) {
+      hash_threads_(std::max(hash_threads, 1)),
+      check_stride_(std::max(check_stride, 1)) {
   if (verify_) pool_ = std::make_unique<boost::asio::thread_pool>(static_cast<size_t>(hash_threads_));
 }
 
 ReplicaPlacement::~ReplicaPlacement() {
-  hashing_.reset();  // waits for its workers before the pool joins its threads
+  WaitForHashing();  // its tasks in flight read the tensors it holds
   if (pool_ != nullptr) pool_->join();
+}
+
+void ReplicaPlacement::WaitForHashing() {
+  if (hashing_ == nullptr) return;
+  (void)hashing_->Wait();
+  hashing_.reset();
 }
 
 bool ReplicaPlacement::IsReplicatedRole(const std::string& role, bool model_replicated, bool optimizer_replicated) {
@@ -161,8 +219,8 @@ bool ReplicaPlacement::IsReplicatedRole(const std::string& role, bool model_repl
 
 Result<std::vector<std::string>> ReplicaPlacement::Place(int64_t step,
                                                          const std::vector<PlacementCandidate>& candidates) {
-  hashing_.reset();  // a capture whose Take never came (it failed before): its
-                     // hashes are not needed
+  WaitForHashing();  // of a capture whose Take never came (it failed before):
+                     // its hashes are not needed, its reads must end
   Placed placed;
   placed.step = step;
   std::vector<size_t> replicated;
@@ -194,7 +252,7 @@ Result<std::vector<std::string>> ReplicaPlacement::Place(int64_t step,
       sources[replicated[j]] = RankStoreName(owners[j]);
     }
   }
-  if (verify_) hashing_ = std::make_unique<Hashing>(*pool_, hash_threads_, std::move(to_hash));
+  if (verify_) hashing_ = Hashing::Start(*pool_, hash_threads_, std::move(to_hash), step, check_stride_);
   placed_ = std::move(placed);
   return sources;
 }
@@ -205,6 +263,7 @@ Result<std::optional<Placed>> ReplicaPlacement::Take(int64_t step) {
   placed_.reset();
   if (hashing_ != nullptr) {
     Result<std::vector<uint64_t>> hashes = hashing_->Wait();
+    out->hashed_bytes = hashing_->hashed_bytes();
     hashing_.reset();
     if (!hashes.ok()) return hashes.status();
     out->hashes = std::move(hashes).value();

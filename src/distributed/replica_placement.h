@@ -1,8 +1,9 @@
 // ReplicaPlacement: which rank stores each replicated tensor of a capture
 // (written once in all, balanced by bytes: docs/distributed.md, "Who writes
-// what"), and, for the replica check, the XXH3 of every replicated tensor,
-// computed on a pool of its own (hash_threads threads, started with it)
-// while the capture stages.
+// what"), and, for the replica check, the XXH3 of a sample of every
+// replicated tensor's bytes (the blocks SampleStride and SampleOffset pick: the same on every
+// rank), computed on a pool of its own (hash_threads threads, started with
+// it) while the capture stages.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +26,26 @@ namespace trainsnap::internal {
 // entry of `bytes`.
 std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks);
 
-// XXH3-64 of `size` bytes hashed in pieces of kReplicaHashPiece (each
-// piece's XXH3-64, then the XXH3-64 of those, seeded with `size`), so that a
-// large tensor hashes on several threads. Equal bytes, equal hash.
-inline constexpr size_t kReplicaHashPiece = size_t{1} << 20;
-uint64_t PieceHash(const void* data, size_t size);
-uint64_t CombinePieceHashes(const std::vector<uint64_t>& pieces, uint64_t size);
+// The replica check's sample. The replicated tensors' bytes are cut into
+// blocks of kReplicaHashBlock (a tensor's last one may be shorter), numbered
+// across the tensors in candidate order; the capture of `step` hashes block
+// b when b % stride == SampleOffset(step, stride), where stride =
+// SampleStride(blocks in all, DistributedOptions::replica_check_stride):
+// one block in `stride`, so that the training thread's wait for the hashes
+// stays a small part of its stall, and every block once in `stride`
+// captures on average (the offset is drawn from the step, which every rank
+// knows). A state of at most stride * kReplicaMinSampledBlocks blocks is
+// sampled more densely (all of it at up to kReplicaMinSampledBlocks blocks).
+inline constexpr size_t kReplicaHashBlock = size_t{64} << 10;
+inline constexpr uint64_t kReplicaMinSampledBlocks = 16;
+uint64_t SampleStride(uint64_t blocks, int replica_check_stride);
+uint64_t SampleOffset(int64_t step, uint64_t stride);
+
+// A tensor's hash: the XXH3-64 of its sampled blocks' XXH3-64s (in block
+// order), seeded with its size in bytes. Equal bytes, equal hash; a tensor
+// with no sampled block hashes its size alone.
+uint64_t BlockHash(const void* data, size_t size);
+uint64_t CombineBlockHashes(const std::vector<uint64_t>& blocks, uint64_t size);
 
 // What the placement decided for one capture.
 struct Placed {
@@ -40,9 +55,11 @@ struct Placed {
   uint64_t fingerprint = 0;
   uint64_t owned_bytes = 0;  // replicated bytes this rank stores
   // With the replica check: "`name` role R" and the hash of each replicated
-  // tensor (PieceHash over its bytes), in candidate order.
+  // tensor (CombineBlockHashes over its sampled blocks), in candidate order;
+  // how many bytes were hashed.
   std::vector<std::string> names;
   std::vector<uint64_t> hashes;
+  uint64_t hashed_bytes = 0;
 };
 
 // Replicated tensors are the model's (roles "param", "buffer") when
@@ -53,14 +70,16 @@ struct Placed {
 // tensor.
 class ReplicaPlacement final : public TensorPlacement {
  public:
-  ReplicaPlacement(bool model_replicated, bool optimizer_replicated, bool verify, int rank, int ranks,
-                   int hash_threads);
+  // verify: the replica check, sampling one block in `check_stride` (>= 1).
+  ReplicaPlacement(bool model_replicated, bool optimizer_replicated, bool verify, int rank, int ranks, int hash_threads,
+                   int check_stride = 1);
   ~ReplicaPlacement() override;  // waits for the hashing in flight
 
   static bool IsReplicatedRole(const std::string& role, bool model_replicated, bool optimizer_replicated);
 
-  // With the replica check, starts hashing every replicated tensor on the
-  // pool, reading the live tensors while the Checkpointer stages.
+  // With the replica check, starts hashing the sample of every replicated
+  // tensor on the pool, reading the live tensors while the Checkpointer
+  // stages.
   Result<std::vector<std::string>> Place(int64_t step, const std::vector<PlacementCandidate>& candidates) override;
   // The decision of the last Place for `step`, once its hashes are done
   // (waits for them); nullopt when Place did not run for `step`. An
@@ -69,15 +88,17 @@ class ReplicaPlacement final : public TensorPlacement {
 
  private:
   class Hashing;
+  void WaitForHashing();  // the hashing in flight, its result dropped
   const bool model_replicated_;
   const bool optimizer_replicated_;
   const bool verify_;
   const int rank_;
   const int ranks_;
   const int hash_threads_;
+  const int check_stride_;
   std::unique_ptr<boost::asio::thread_pool> pool_;  // the replica check's hashing threads
   std::optional<Placed> placed_;                    // training thread only
-  std::unique_ptr<Hashing> hashing_;                // the hashes of placed_, in flight
+  std::shared_ptr<Hashing> hashing_;                // the hashes of placed_, in flight (shared with the pool's workers)
 };
 
 }  // namespace trainsnap::internal

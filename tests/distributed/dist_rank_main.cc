@@ -3,6 +3,7 @@
 // state dump to <out>.state); exit code 0, or 3 after an unexpected error.
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <xxhash.h>
 
 #include "distributed/dist_rig.h"
+#include "distributed/replica_placement.h"
 #include "trainsnap/distributed.h"
 #include "trainsnap/sampler.h"
 
@@ -598,6 +600,53 @@ int Run() {
     auto listed = checkpointer->Steps();
     if (!listed.ok()) Fail("steps", listed.status());
     Put("steps", Join(*listed));
+    return 0;
+  }
+
+  if (scenario == "sampled") {
+    // The replica check's sample (replica_check_stride --stride): one
+    // Linear(2048, 1024), no optimizer: 129 blocks of 64 KiB, the bias's
+    // first. Rank --bad's weight differs in one element of a block that step
+    // 1's sample misses (unless the stride is 1). Captures of the same state
+    // at steps 1, 2, ... until one fails: the first whose sample holds that
+    // block (reported here too, from the sample's rule).
+    options.checkpointer.model_state = trainsnap::ModelState::kFull;
+    options.replica_check_stride = static_cast<int>(IntFlag("stride", 32));
+    const int bad = static_cast<int>(IntFlag("bad", 1));
+    const uint64_t stride = trainsnap::internal::SampleStride(129, options.replica_check_stride);
+    const uint64_t block = 8 + (trainsnap::internal::SampleOffset(1, stride) + 1) % stride;  // of the 129
+    torch::manual_seed(13);
+    torch::nn::Sequential net(torch::nn::Linear(2048, 1024));
+    if (rank == bad) {
+      torch::NoGradGuard no_grad;
+      const int64_t floats = trainsnap::internal::kReplicaHashBlock / sizeof(float);
+      net[0]->as<torch::nn::Linear>()->weight.view(-1)[static_cast<int64_t>(block - 1) * floats + 3].add_(1e-3);
+    }
+    TrainingState state;
+    state.model = net.ptr().get();
+    int64_t expected = 1;
+    while (trainsnap::internal::SampleOffset(expected, stride) != block % stride) ++expected;
+    Put("sample_stride", std::to_string(stride));
+    Put("expected_step", std::to_string(expected));
+    {  // A stride below 1 is refused before anything is created (no collective either).
+      DistributedOptions zero = options;
+      zero.replica_check_stride = 0;
+      const std::string refused_dir = Flag("run_dir") + "-refused";
+      PutStatus("zero_stride_", DistributedCheckpointer::Open(refused_dir, group, zero).status());
+      Put("refused_dir_exists", std::filesystem::exists(refused_dir) ? "1" : "0");
+    }
+    auto checkpointer = OpenOrFail(group, options);
+    int64_t failed = -1;
+    for (int64_t step = 1; step <= 200 && failed < 0; ++step) {
+      Status captured = checkpointer->Capture(step, state);
+      if (captured.ok()) continue;
+      failed = step;
+      PutStatus("failed_", captured);
+    }
+    Put("failed_at", std::to_string(failed));
+    auto listed = checkpointer->Steps();
+    if (!listed.ok()) Fail("steps", listed.status());
+    Put("global_steps", std::to_string(listed->size()));
     return 0;
   }
 

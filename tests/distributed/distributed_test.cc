@@ -522,6 +522,41 @@ TEST(DistributedCheckpointerTest, VerifyReplicasFailsTheCaptureOnEveryRankNaming
   EXPECT_EQ(GlobalSteps(run), (std::vector<int64_t>{1, 2, 3}));
 }
 
+// The replica check samples one block in the stride, a different one at
+// each step: a difference confined to one block fails exactly the first
+// capture whose sample holds it (here not the first capture), on every rank;
+// at stride 1 the first capture. A stride below 1 is refused at Open.
+TEST(DistributedCheckpointerTest, AStridedReplicaCheckFindsADriftedBlockAtTheFirstCaptureThatSamplesIt) {
+  for (const int stride : {8, 1}) {
+    SCOPED_TRACE("replica_check_stride " + std::to_string(stride));
+    TempDir dir;
+    const std::string run = dir.path() + "/run";
+    std::vector<RankResult> results =
+        RunAll(dir.path(), "sampled", 2,
+               {{"scenario", "sampled"}, {"run_dir", run}, {"stride", std::to_string(stride)}, {"bad", "1"}});
+    ExpectAllExited(results);
+    const std::string expected = stride == 1 ? "1" : results[0].values.at("expected_step");
+    if (stride == 8) {
+      EXPECT_NE(expected, "1");  // a capture that missed the drift came first
+    }
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      EXPECT_EQ(results[r].values.at("zero_stride_code"), "InvalidArgument");
+      EXPECT_EQ(results[r].values.at("zero_stride_message"),
+                "open " + run + "-refused: replica_check_stride must be at least 1, not 0");
+      EXPECT_EQ(results[r].values.at("refused_dir_exists"), "0");
+      EXPECT_EQ(results[r].values.at("sample_stride"), stride == 1 ? "1" : "8");
+      EXPECT_EQ(results[r].values.at("failed_at"), expected);
+      EXPECT_EQ(results[r].values.at("failed_code"), "InvalidArgument");
+      EXPECT_EQ(results[r].values.at("failed_message"),
+                "capture step " + expected +
+                    ": verify_replicas: replicated tensor `0.weight` role param differs "
+                    "between ranks: rank 1 holds other bytes than rank 0");
+      EXPECT_EQ(results[r].values.at("global_steps"), std::to_string(std::stoi(expected) - 1));
+    }
+  }
+}
+
 // Rank-local models (model_replicated = false) cannot be redistributed.
 TEST(DistributedCheckpointerTest, WorldSizeMismatchOfRankLocalModelsIsContractMismatchNamingBothSizes) {
   TempDir dir;

@@ -1,9 +1,12 @@
 // ReplicaPlacement alone: owners balanced by bytes, the same on every rank,
-// and the replica hashes computed on its pool, equal for equal bytes.
+// and the replica hashes computed on its pool, equal for equal bytes, of the
+// blocks the sample picks.
 #include "distributed/replica_placement.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <algorithm>
 
 namespace trainsnap::internal {
 namespace {
@@ -46,6 +49,7 @@ TEST(ReplicaPlacementTest, EveryRankPlacesTheSameOwnersAndHashesEqualBytesEquall
   EXPECT_EQ(placed[1].owned_bytes, (35 + 4 + 24) * 4u);
   EXPECT_EQ(placed[0].fingerprint, placed[1].fingerprint);
   EXPECT_EQ(placed[0].hashes, placed[1].hashes);
+  EXPECT_EQ(placed[0].hashed_bytes, (300000 + 35 + 4 + 24) * 4u);  // stride 1: every byte
   ASSERT_EQ(placed[0].hashes.size(), 4u);
   EXPECT_EQ(placed[0].names[3], "`t3` role exp_avg");
   // The hash is of the bytes: a contiguous copy hashes as the view, one
@@ -58,6 +62,65 @@ TEST(ReplicaPlacementTest, EveryRankPlacesTheSameOwnersAndHashesEqualBytesEquall
   ASSERT_TRUE(taken.ok() && taken->has_value());
   EXPECT_NE((*taken)->hashes[0], placed[0].hashes[0]);
   EXPECT_EQ((*taken)->hashes[3], placed[0].hashes[3]);
+}
+
+TEST(ReplicaPlacementTest, TheSampleIsOneBlockInTheStrideAtAnOffsetDrawnFromTheStep) {
+  // At most 16 blocks in all: every block; then one in blocks / 16, up to
+  // the stride asked for.
+  EXPECT_EQ(SampleStride(0, 32), 1u);
+  EXPECT_EQ(SampleStride(31, 32), 1u);
+  EXPECT_EQ(SampleStride(32, 32), 2u);
+  EXPECT_EQ(SampleStride(129, 8), 8u);
+  EXPECT_EQ(SampleStride(1 << 20, 32), 32u);
+  EXPECT_EQ(SampleStride(1 << 20, 1), 1u);
+  EXPECT_EQ(SampleStride(1 << 20, 0), 1u);
+  EXPECT_EQ(SampleOffset(7, 1), 0u);
+  // Every offset comes up, whatever steps a run captures (here every 16th).
+  std::vector<int> seen(32, 0);
+  for (int64_t step = 0; step < 16 * 400; step += 16) {
+    const uint64_t offset = SampleOffset(step, 32);
+    ASSERT_LT(offset, 32u);
+    EXPECT_EQ(offset, SampleOffset(step, 32));  // the same on every rank
+    ++seen[offset];
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 0), 0);
+}
+
+TEST(ReplicaPlacementTest, AStrideHashesTheSampledBlocksOnlyAndAViewAsItsContiguousCopy) {
+  constexpr int64_t kBlockFloats = kReplicaHashBlock / sizeof(float);
+  torch::manual_seed(5);
+  // 40 blocks and 64 blocks (a transposed view): 104 in all, stride 104 / 16 = 6.
+  std::vector<torch::Tensor> tensors{torch::randn({40 * kBlockFloats}), torch::randn({512, 2048}).t()};
+  ASSERT_EQ(SampleStride(104, 32), 6u);
+  auto hashes = [](const std::vector<torch::Tensor>& t, int64_t step, int stride) {
+    ReplicaPlacement placement(true, true, true, 0, 2, 2, stride);
+    EXPECT_TRUE(placement.Place(step, Candidates(t)).ok());
+    Result<std::optional<Placed>> taken = placement.Take(step);
+    EXPECT_TRUE(taken.ok() && taken->has_value());
+    return **taken;
+  };
+  // Steps whose sample starts at offset 0 and at offset 1.
+  int64_t at_zero = -1, at_one = -1;
+  for (int64_t step = 0; at_zero < 0 || at_one < 0; ++step) {
+    if (SampleOffset(step, 6) == 0 && at_zero < 0) at_zero = step;
+    if (SampleOffset(step, 6) == 1 && at_one < 0) at_one = step;
+  }
+  const Placed base = hashes(tensors, at_zero, 32);
+  // Blocks 0, 6, ..., 36 of the first tensor (7) and 42, ..., 102 (global)
+  // of the second (11), all whole.
+  EXPECT_EQ(base.hashed_bytes, 18 * kReplicaHashBlock);
+  EXPECT_EQ(hashes(tensors, at_zero, 1).hashed_bytes, 104 * kReplicaHashBlock);
+  // The view hashes as its contiguous copy.
+  std::vector<torch::Tensor> copied{tensors[0], tensors[1].contiguous()};
+  EXPECT_EQ(hashes(copied, at_zero, 32).hashes, base.hashes);
+  // One element changed in block 6: seen by the sample at offset 0, not by
+  // the one at offset 1; stride 1 sees it at any step.
+  std::vector<torch::Tensor> changed{tensors[0].clone(), tensors[1]};
+  changed[0][6 * kBlockFloats + 3] += 1;
+  EXPECT_NE(hashes(changed, at_zero, 32).hashes[0], base.hashes[0]);
+  EXPECT_EQ(hashes(changed, at_one, 32).hashes[0], hashes(tensors, at_one, 32).hashes[0]);
+  EXPECT_NE(hashes(changed, at_one, 1).hashes[0], hashes(tensors, at_one, 1).hashes[0]);
+  EXPECT_EQ(hashes(changed, at_zero, 32).hashes[1], base.hashes[1]);
 }
 
 TEST(ReplicaPlacementTest, WithoutTheCheckNothingIsHashedAndShardedStateStaysLocal) {

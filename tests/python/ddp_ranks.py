@@ -136,6 +136,19 @@ def api(rank, world, run_dir, checks):
     if rank == 0:
         torch.save(dumps[3]["model"], os.path.join(os.path.dirname(run_dir), "model-3.pt"))
 
+    # A bad replica_check_stride is refused before any collective.
+    checks["stride_misuse"] = [error_text(lambda: trainsnap.DistributedCheckpointer(run_dir, replica_check_stride=s))
+                               for s in (0, 2.5, True)]
+    # The replica check is on by default: rank 1's drifted weight fails the
+    # step on every rank, and the step does not become global.
+    drift = trainsnap.DistributedCheckpointer(run_dir, timeout=60, sync=False, threads=1)
+    if rank == 1:
+        with torch.no_grad():
+            next(job.model.parameters())[0, 0] += 1
+    checks["drift"] = error_text(lambda: drift.capture(4, **job.state()))
+    checks["after_drift"] = drift.steps()
+    drift.close()
+
 
 def zero(rank, world, run_dir, checks):
     job = Job(rank, world, zero=True)

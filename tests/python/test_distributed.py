@@ -17,6 +17,9 @@ from kit import HERE, first_difference, python_env
 
 RANKS = os.path.join(HERE, "ddp_ranks.py")
 CLI = os.environ.get("TRAINSNAP_CLI", "trainsnap")
+# The replica check, on by default, at the capture after rank 1's weight drifted.
+DRIFT = ("InvalidArgument: capture step 4: verify_replicas: replicated tensor `0.weight` role param differs between "
+         "ranks: rank 1 holds other bytes than rank 0")
 
 
 def run_ranks(scenario, directory, world=2, timeout=180):
@@ -59,6 +62,12 @@ def test_ddp_capture_restore_rollback_and_all_or_nothing_errors(tmp_path):
             "InvalidArgument: a step is an integer, not bool True",
             "NotSupported: DistributedCheckpointer.restore: partial is a Checkpointer option only"]
     assert results[0]["timeout"] == "TimeoutError"  # done only once rank 1 captured too
+    for checks in results:
+        assert checks["stride_misuse"] == [
+            f"InvalidArgument: replica_check_stride must be an integer from 1 to 2**31 - 1, not {s}"
+            for s in ("0", "2.5", "True")]
+        assert checks["drift"] == DRIFT
+        assert checks["after_drift"] == [1, 2, 3]
 
     run = str(tmp_path / "run")
     model = nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Dropout(0.2), nn.Linear(12, 2))
