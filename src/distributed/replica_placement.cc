@@ -51,7 +51,8 @@ uint64_t CombineBlockHashes(const std::vector<uint64_t>& blocks, uint64_t size) 
 }
 
 // The hashes of one capture's replicated tensors, computed by the pool's
-// threads and by the thread that waits for them (Wait takes tasks too: on
+// threads and by the thread that waits for them (a sample smaller than
+// kReplicaParallelHashBytes by that thread alone; Wait takes tasks too: on
 // an oversubscribed machine a worker may be scheduled only milliseconds
 // later, and the training thread would wait for it with nothing left to
 // do). A task is a sampled block of a contiguous host tensor, or another
@@ -63,6 +64,11 @@ class ReplicaPlacement::Hashing {
   static std::shared_ptr<Hashing> Start(boost::asio::thread_pool& pool, int threads, std::vector<torch::Tensor> tensors,
                                         int64_t step, int check_stride) {
     auto hashing = std::shared_ptr<Hashing>(new Hashing(std::move(tensors), step, check_stride));
+    // A small sample is hashed by the waiting thread alone: on a machine
+    // with fewer cores than threads, each woken worker is one more thread
+    // the training thread shares a core with while it copies, for a
+    // fraction of a millisecond of hashing.
+    if (hashing->hashed_bytes_ < kReplicaParallelHashBytes) return hashing;
     const size_t tasks = hashing->blocks_.size() + hashing->others_.size();
     const size_t workers = std::min(static_cast<size_t>(std::max(threads, 1)), tasks);
     for (size_t i = 0; i < workers; ++i) {

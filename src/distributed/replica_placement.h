@@ -39,6 +39,9 @@ std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks);
 inline constexpr size_t kReplicaHashBlock = size_t{64} << 10;
 inline constexpr uint64_t kReplicaMinSampledBlocks = 16;
 uint64_t SampleStride(uint64_t blocks, int replica_check_stride);
+// A sample of fewer bytes is hashed by the thread that takes the hashes,
+// after the staging copies; a larger one on the pool, side by side with them.
+inline constexpr uint64_t kReplicaParallelHashBytes = uint64_t{4} << 20;
 uint64_t SampleOffset(int64_t step, uint64_t stride);
 
 // A tensor's hash: the XXH3-64 of its sampled blocks' XXH3-64s (in block
