@@ -613,10 +613,14 @@ int Run() {
     options.checkpointer.model_state = trainsnap::ModelState::kFull;
     options.replica_check_stride = static_cast<int>(IntFlag("stride", 32));
     const int bad = static_cast<int>(IntFlag("bad", 1));
-    const uint64_t stride = trainsnap::internal::SampleStride(129, options.replica_check_stride);
-    const uint64_t block = 8 + (trainsnap::internal::SampleOffset(1, stride) + 1) % stride;  // of the 129
     torch::manual_seed(13);
     torch::nn::Sequential net(torch::nn::Linear(2048, 1024));
+    uint64_t blocks = 0;  // 129: the weight's 128 and the bias's one
+    for (const torch::Tensor& p : net->parameters()) {
+      blocks += (p.nbytes() + trainsnap::internal::kReplicaHashBlock - 1) / trainsnap::internal::kReplicaHashBlock;
+    }
+    const uint64_t stride = trainsnap::internal::SampleStride(blocks, options.replica_check_stride);
+    const uint64_t block = 8 + (trainsnap::internal::SampleOffset(1, stride) + 1) % stride;  // of them all
     if (rank == bad) {
       torch::NoGradGuard no_grad;
       const int64_t floats = trainsnap::internal::kReplicaHashBlock / sizeof(float);
