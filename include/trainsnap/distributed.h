@@ -45,14 +45,15 @@ struct TRAINSNAP_EXPORT DistributedOptions {
   // name, then role) and the ranks whose bytes differ from rank 0's. Every
   // rank must set the same value (InvalidArgument otherwise).
   bool verify_replicas = true;
-  // The sample: one 64 KiB block in replica_check_stride of the replicated
-  // bytes (a state of up to 1 MiB: all of it; up to 16 * stride blocks: 16
-  // blocks), a different one at each step, so that the check adds a few
-  // percent to the stall. A drift that touches every block (a gradient
-  // averaged differently) fails the first capture after it; one confined to
-  // a block is found within `stride` captures on average. 1: every byte at
-  // every capture (on 2 cores a stall up to 2x longer). At least 1
-  // (InvalidArgument at Open); every rank must set the same value.
+  // The sample: one 1 MiB block in replica_check_stride of the replicated
+  // bytes (a tensor under 1 MiB is one block), but at least 1 MiB a capture
+  // on average (a state under 2 MiB: all of it), a different one at each
+  // step, so that the check adds a few percent to the stall. A drift that
+  // touches every block (a gradient averaged differently) fails the first
+  // capture after it; one confined to a block is found within `stride`
+  // captures on average. 1: every byte at every capture (on 2 cores a stall
+  // up to 2x longer). At least 1 (InvalidArgument at Open); every rank must
+  // set the same value.
   int replica_check_stride = 32;
   // A restore on another world size of a step in the middle of an
   // accumulation window: false (default) refuses it (NotSupported naming the

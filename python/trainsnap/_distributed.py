@@ -69,7 +69,7 @@ class DistributedCheckpointer(ReportsOnce):
     optimizer_replicated=False: each rank stores its shard. Python
     optimizers' and schedulers' state is stored by each rank in its own
     store. verify_replicas: compare the hashes of a sample of the replicated
-    tensors' bytes at every capture (one 64 KiB block in
+    tensors' bytes at every capture (one 1 MiB block in
     replica_check_stride, a different one at each step; 1: every byte, a
     longer stall). timeout: seconds any collective may take (a dead rank is an
     error, never a hang). checkpointer_options: model_state, gradients,

@@ -35,9 +35,9 @@ std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks) {
   return owners;
 }
 
-uint64_t SampleStride(uint64_t blocks, int replica_check_stride) {
+uint64_t SampleStride(uint64_t bytes, int replica_check_stride) {
   const uint64_t most = static_cast<uint64_t>(std::max(replica_check_stride, 1));
-  return std::clamp<uint64_t>(blocks / kReplicaMinSampledBlocks, 1, most);
+  return std::clamp<uint64_t>(bytes / kReplicaMinSampleBytes, 1, most);
 }
 
 uint64_t SampleOffset(int64_t step, uint64_t stride) {
@@ -80,9 +80,9 @@ class ReplicaPlacement::Hashing {
  private:
   Hashing(std::vector<torch::Tensor> tensors, int64_t step, int check_stride)
       : tensors_(std::move(tensors)), block_hashes_(tensors_.size()) {
-    uint64_t blocks = 0;
-    for (const torch::Tensor& tensor : tensors_) blocks += BlockCount(tensor);
-    const uint64_t stride = SampleStride(blocks, check_stride);
+    uint64_t bytes = 0;
+    for (const torch::Tensor& tensor : tensors_) bytes += Bytes(tensor);
+    const uint64_t stride = SampleStride(bytes, check_stride);
     const uint64_t offset = SampleOffset(step, stride);
     uint64_t first = 0;  // the global number of each tensor's first block
     for (size_t t = 0; t < tensors_.size(); ++t) {
@@ -122,7 +122,7 @@ class ReplicaPlacement::Hashing {
     std::vector<uint64_t> hashes(tensors_.size());
     for (size_t t = 0; t < tensors_.size(); ++t) {
       const torch::Tensor& tensor = tensors_[t];
-      hashes[t] = CombineBlockHashes(block_hashes_[t], tensor.defined() ? static_cast<uint64_t>(tensor.nbytes()) : 0);
+      hashes[t] = CombineBlockHashes(block_hashes_[t], Bytes(tensor));
     }
     return hashes;
   }
@@ -138,9 +138,11 @@ class ReplicaPlacement::Hashing {
     std::vector<size_t> blocks;  // sampled, ascending
   };
 
+  static uint64_t Bytes(const torch::Tensor& tensor) {
+    return tensor.defined() ? static_cast<uint64_t>(tensor.nbytes()) : 0;
+  }
   static uint64_t BlockCount(const torch::Tensor& tensor) {
-    if (!tensor.defined()) return 0;
-    return (static_cast<uint64_t>(tensor.nbytes()) + kReplicaHashBlock - 1) / kReplicaHashBlock;
+    return (Bytes(tensor) + kReplicaHashBlock - 1) / kReplicaHashBlock;
   }
   static size_t BlockSize(const torch::Tensor& tensor, size_t block) {
     return std::min(kReplicaHashBlock, tensor.nbytes() - block * kReplicaHashBlock);

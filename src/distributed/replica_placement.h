@@ -27,18 +27,22 @@ namespace trainsnap::internal {
 std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks);
 
 // The replica check's sample. The replicated tensors' bytes are cut into
-// blocks of kReplicaHashBlock (a tensor's last one may be shorter), numbered
-// across the tensors in candidate order; the capture of `step` hashes block
-// b when b % stride == SampleOffset(step, stride), where stride =
-// SampleStride(blocks in all, DistributedOptions::replica_check_stride):
+// blocks of kReplicaHashBlock (a tensor's last one may be shorter; a tensor
+// smaller than a block is one block), numbered across the tensors in
+// candidate order; the capture of `step` hashes block b when
+// b % stride == SampleOffset(step, stride), where stride =
+// SampleStride(replicated bytes in all, DistributedOptions::replica_check_stride):
 // one block in `stride`, so that the training thread's wait for the hashes
 // stays a small part of its stall, and every block once in `stride`
 // captures on average (the offset is drawn from the step, which every rank
-// knows). A state of at most stride * kReplicaMinSampledBlocks blocks is
-// sampled more densely (all of it at up to kReplicaMinSampledBlocks blocks).
-inline constexpr size_t kReplicaHashBlock = size_t{64} << 10;
-inline constexpr uint64_t kReplicaMinSampledBlocks = 16;
-uint64_t SampleStride(uint64_t blocks, int replica_check_stride);
+// knows). The stride is at most bytes / kReplicaMinSampleBytes, so that a
+// capture hashes that many bytes on average: a state under twice that is
+// hashed whole at every capture. Blocks of 1 MiB, not smaller: XXH3 reads a
+// sample of scattered 64 KiB blocks at a quarter of the speed of the same
+// bytes in 1 MiB blocks (bench/README.md, "Replica check by sample").
+inline constexpr size_t kReplicaHashBlock = size_t{1} << 20;
+inline constexpr uint64_t kReplicaMinSampleBytes = uint64_t{1} << 20;
+uint64_t SampleStride(uint64_t bytes, int replica_check_stride);
 // A sample of fewer bytes is hashed by the thread that takes the hashes,
 // after the staging copies; a larger one on the pool, side by side with them.
 inline constexpr uint64_t kReplicaParallelHashBytes = uint64_t{4} << 20;

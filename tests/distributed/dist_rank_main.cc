@@ -605,7 +605,7 @@ int Run() {
 
   if (scenario == "sampled") {
     // The replica check's sample (replica_check_stride --stride): one
-    // Linear(2048, 1024), no optimizer: 129 blocks of 64 KiB, the bias's
+    // Linear(2048, 1024), no optimizer: 9 blocks of 1 MiB, the bias's (4 KiB)
     // first. Rank --bad's weight differs in one element of a block that step
     // 1's sample misses (unless the stride is 1). Captures of the same state
     // at steps 1, 2, ... until one fails: the first whose sample holds that
@@ -615,12 +615,11 @@ int Run() {
     const int bad = static_cast<int>(IntFlag("bad", 1));
     torch::manual_seed(13);
     torch::nn::Sequential net(torch::nn::Linear(2048, 1024));
-    uint64_t blocks = 0;  // 129: the weight's 128 and the bias's one
-    for (const torch::Tensor& p : net->parameters()) {
-      blocks += (p.nbytes() + trainsnap::internal::kReplicaHashBlock - 1) / trainsnap::internal::kReplicaHashBlock;
-    }
-    const uint64_t stride = trainsnap::internal::SampleStride(blocks, options.replica_check_stride);
-    const uint64_t block = 8 + (trainsnap::internal::SampleOffset(1, stride) + 1) % stride;  // of them all
+    uint64_t bytes = 0;
+    for (const torch::Tensor& p : net->parameters()) bytes += p.nbytes();
+    const uint64_t stride = trainsnap::internal::SampleStride(bytes, options.replica_check_stride);
+    // Of them all, in the weight (block 0 is the bias's).
+    const uint64_t block = 1 + (trainsnap::internal::SampleOffset(1, stride) + 1) % stride;
     if (rank == bad) {
       torch::NoGradGuard no_grad;
       const int64_t floats = trainsnap::internal::kReplicaHashBlock / sizeof(float);

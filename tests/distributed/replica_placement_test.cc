@@ -65,15 +65,16 @@ TEST(ReplicaPlacementTest, EveryRankPlacesTheSameOwnersAndHashesEqualBytesEquall
 }
 
 TEST(ReplicaPlacementTest, TheSampleIsOneBlockInTheStrideAtAnOffsetDrawnFromTheStep) {
-  // At most 16 blocks in all: every block; then one in blocks / 16, up to
-  // the stride asked for.
+  // Under 2 MiB in all: every block; then one in bytes / 1 MiB, up to the
+  // stride asked for.
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
   EXPECT_EQ(SampleStride(0, 32), 1u);
-  EXPECT_EQ(SampleStride(31, 32), 1u);
-  EXPECT_EQ(SampleStride(32, 32), 2u);
-  EXPECT_EQ(SampleStride(129, 8), 8u);
-  EXPECT_EQ(SampleStride(1 << 20, 32), 32u);
-  EXPECT_EQ(SampleStride(1 << 20, 1), 1u);
-  EXPECT_EQ(SampleStride(1 << 20, 0), 1u);
+  EXPECT_EQ(SampleStride(2 * kMiB - 1, 32), 1u);
+  EXPECT_EQ(SampleStride(2 * kMiB, 32), 2u);
+  EXPECT_EQ(SampleStride(129 * kMiB, 8), 8u);
+  EXPECT_EQ(SampleStride(uint64_t{1} << 40, 32), 32u);
+  EXPECT_EQ(SampleStride(uint64_t{1} << 40, 1), 1u);
+  EXPECT_EQ(SampleStride(uint64_t{1} << 40, 0), 1u);
   EXPECT_EQ(SampleOffset(7, 1), 0u);
   // Every offset comes up, whatever steps a run captures (here every 16th).
   std::vector<int> seen(32, 0);
@@ -89,9 +90,11 @@ TEST(ReplicaPlacementTest, TheSampleIsOneBlockInTheStrideAtAnOffsetDrawnFromTheS
 TEST(ReplicaPlacementTest, AStrideHashesTheSampledBlocksOnlyAndAViewAsItsContiguousCopy) {
   constexpr int64_t kBlockFloats = kReplicaHashBlock / sizeof(float);
   torch::manual_seed(5);
-  // 40 blocks and 64 blocks (a transposed view): 104 in all, stride 104 / 16 = 6.
-  std::vector<torch::Tensor> tensors{torch::randn({40 * kBlockFloats}), torch::randn({512, 2048}).t()};
-  ASSERT_EQ(SampleStride(104, 32), 6u);
+  // 10 blocks, a bias of 4 KiB (one short block) and 6 blocks (a transposed
+  // view): 16 MiB in all, sampled one block in 4 at stride 4 (16 at 32).
+  std::vector<torch::Tensor> tensors{torch::randn({10 * kBlockFloats}), torch::randn({1024}),
+                                     torch::randn({512, 3 * 1024}).t()};
+  ASSERT_EQ(SampleStride(16 * kReplicaHashBlock + 4096, 4), 4u);
   auto hashes = [](const std::vector<torch::Tensor>& t, int64_t step, int stride) {
     ReplicaPlacement placement(true, true, true, 0, 2, 2, stride);
     EXPECT_TRUE(placement.Place(step, Candidates(t)).ok());
@@ -102,25 +105,33 @@ TEST(ReplicaPlacementTest, AStrideHashesTheSampledBlocksOnlyAndAViewAsItsContigu
   // Steps whose sample starts at offset 0 and at offset 1.
   int64_t at_zero = -1, at_one = -1;
   for (int64_t step = 0; at_zero < 0 || at_one < 0; ++step) {
-    if (SampleOffset(step, 6) == 0 && at_zero < 0) at_zero = step;
-    if (SampleOffset(step, 6) == 1 && at_one < 0) at_one = step;
+    if (SampleOffset(step, 4) == 0 && at_zero < 0) at_zero = step;
+    if (SampleOffset(step, 4) == 1 && at_one < 0) at_one = step;
   }
-  const Placed base = hashes(tensors, at_zero, 32);
-  // Blocks 0, 6, ..., 36 of the first tensor (7) and 42, ..., 102 (global)
-  // of the second (11), all whole.
-  EXPECT_EQ(base.hashed_bytes, 18 * kReplicaHashBlock);
-  EXPECT_EQ(hashes(tensors, at_zero, 1).hashed_bytes, 104 * kReplicaHashBlock);
+  const Placed base = hashes(tensors, at_zero, 4);
+  // Blocks 0, 4, 8 of the first tensor, none of the bias (block 10), and 12,
+  // 16 (global) of the third: 5 MiB, hashed on the pool (4 MiB or more).
+  EXPECT_EQ(base.hashed_bytes, 5 * kReplicaHashBlock);
+  EXPECT_EQ(hashes(tensors, at_one, 4).hashed_bytes, 4 * kReplicaHashBlock);  // 1, 5, 9 and 13
+  EXPECT_EQ(hashes(tensors, at_zero, 1).hashed_bytes, 16 * kReplicaHashBlock + 4096);
   // The view hashes as its contiguous copy.
-  std::vector<torch::Tensor> copied{tensors[0], tensors[1].contiguous()};
-  EXPECT_EQ(hashes(copied, at_zero, 32).hashes, base.hashes);
-  // One element changed in block 6: seen by the sample at offset 0, not by
+  std::vector<torch::Tensor> copied{tensors[0], tensors[1], tensors[2].contiguous()};
+  EXPECT_EQ(hashes(copied, at_zero, 4).hashes, base.hashes);
+  // One element changed in block 4: seen by the sample at offset 0, not by
   // the one at offset 1; stride 1 sees it at any step.
-  std::vector<torch::Tensor> changed{tensors[0].clone(), tensors[1]};
-  changed[0][6 * kBlockFloats + 3] += 1;
-  EXPECT_NE(hashes(changed, at_zero, 32).hashes[0], base.hashes[0]);
-  EXPECT_EQ(hashes(changed, at_one, 32).hashes[0], hashes(tensors, at_one, 32).hashes[0]);
+  std::vector<torch::Tensor> changed{tensors[0].clone(), tensors[1], tensors[2]};
+  changed[0][4 * kBlockFloats + 3] += 1;
+  EXPECT_NE(hashes(changed, at_zero, 4).hashes[0], base.hashes[0]);
+  EXPECT_EQ(hashes(changed, at_one, 4).hashes[0], hashes(tensors, at_one, 4).hashes[0]);
   EXPECT_NE(hashes(changed, at_one, 1).hashes[0], hashes(tensors, at_one, 1).hashes[0]);
-  EXPECT_EQ(hashes(changed, at_zero, 32).hashes[1], base.hashes[1]);
+  EXPECT_EQ(hashes(changed, at_zero, 4).hashes[2], base.hashes[2]);
+  // A bias changed: seen at offset 2 (block 10), not at offset 0.
+  std::vector<torch::Tensor> bias{tensors[0], tensors[1].clone(), tensors[2]};
+  bias[1][7] += 1;
+  EXPECT_EQ(hashes(bias, at_zero, 4).hashes[1], base.hashes[1]);
+  int64_t at_two = 0;
+  while (SampleOffset(at_two, 4) != 2) ++at_two;
+  EXPECT_NE(hashes(bias, at_two, 4).hashes[1], hashes(tensors, at_two, 4).hashes[1]);
 }
 
 TEST(ReplicaPlacementTest, WithoutTheCheckNothingIsHashedAndShardedStateStaysLocal) {
