@@ -184,8 +184,14 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   torch::save(job.model, model_pt);
   torch::save(*job.optimizer, optim_pt);
   result["torch_save_s"] = Seconds(save_start);
+  // Both timed phases start on every rank at once (a barrier first): a
+  // restore's exchange would otherwise count the wait for a rank still in
+  // its torch::save or torch::load, and the ranks' torch::load would not
+  // contend as the restores do.
+  auto barrier = [&] { group->barrier()->wait(); };
   {
     Job fresh(mb);
+    barrier();
     auto start = Clock::now();
     torch::load(fresh.model, model_pt);
     torch::load(*fresh.optimizer, optim_pt);
@@ -193,6 +199,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   }
   {
     Job fresh(mb);
+    barrier();
     auto start = Clock::now();
     auto restored = checkpointer.RestoreLatest(fresh.State());
     result["restore_s"] = Seconds(start);
