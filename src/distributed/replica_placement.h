@@ -41,7 +41,7 @@ std::vector<int> AssignOwners(const std::vector<uint64_t>& bytes, int ranks);
 // sample of scattered 64 KiB blocks at a quarter of the speed of the same
 // bytes in 1 MiB blocks (bench/README.md, "Replica check by sample").
 inline constexpr size_t kReplicaHashBlock = size_t{1} << 20;
-inline constexpr uint64_t kReplicaMinSampleBytes = uint64_t{1} << 20;
+inline constexpr uint64_t kReplicaMinSampleBytes = kReplicaHashBlock;  // one block a capture
 uint64_t SampleStride(uint64_t bytes, int replica_check_stride);
 // A sample of fewer bytes is hashed by the thread that takes the hashes,
 // after the staging copies; a larger one on the pool, side by side with them.
