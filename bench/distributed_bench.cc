@@ -8,12 +8,14 @@
 // second); the bytes each rank wrote (its share of the replicated state: the
 // balance) and stored (from the global record); restore time of
 // RestoreLatest against torch::load; the replica check off and on in
-// interleaved runs (--rounds of each); with --retention, what a retention
-// drop adds to a blocking Capture (keep_last 2 against keep_last 0, the
-// runs interleaved). Results: bench/README.md, "Several ranks".
+// interleaved runs (--rounds of each); with --retention, a retention drop:
+// timed inside the checkpointer (wall, and the CPU of the thread running it),
+// and what it adds to a blocking Capture (keep_last 2 against keep_last 0,
+// the runs interleaved). --no-sync turns StoreOptions::sync off.
+// Results: bench/README.md, "Several ranks".
 //
 //   distributed_bench [--ranks 1,2,4] [--mb 32] [--snapshots 6] [--rounds 3] [--replica-stride N] [--retention]
-//                     [--dir DIR] [--json FILE]
+//                     [--no-sync] [--dir DIR] [--json FILE]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +34,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
+#include "distributed/drop_timing.h"
 #include "distributed/run_dir.h"
 #include "trainsnap/distributed.h"
 #include "trainsnap/store.h"
@@ -91,7 +94,7 @@ struct Job {
 };
 
 int RunRank(int rank, int world, const std::string& dir, const std::string& rendezvous, int64_t mb, int snapshots,
-            bool verify, int stride, int keep_last, bool blocking, const std::string& result_path) {
+            bool verify, int stride, int keep_last, bool blocking, bool sync, const std::string& result_path) {
   torch::set_num_threads(1);
   const std::chrono::minutes timeout(5);
   auto store = c10::make_intrusive<c10d::FileStore>(rendezvous, world);
@@ -102,7 +105,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   Job job(mb);
   trainsnap::DistributedOptions options;
   options.timeout = timeout;
-  options.store.sync = true;
+  options.store.sync = sync;
   options.store.reserve_bytes = 0;
   options.verify_replicas = verify;
   options.replica_check_stride = stride;
@@ -134,7 +137,14 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
     // The first keep_last + 1 captures drop nothing (nor do those of the
     // run without retention they are compared with).
     const size_t skip = static_cast<size_t>(std::min(keep_last + 1, snapshots - 1));
-    result["capture_ms"] = Median(std::vector<double>(capture_s.begin() + static_cast<std::ptrdiff_t>(skip), capture_s.end())) * 1e3;
+    const auto from = static_cast<std::ptrdiff_t>(skip);
+    result["capture_ms"] = Median(std::vector<double>(capture_s.begin() + from, capture_s.end())) * 1e3;
+    // The drops themselves, timed inside the checkpointer (a capture's
+    // latency spreads by more than a drop costs).
+    const trainsnap::internal::DropTotals drops = trainsnap::internal::RetentionDropTotals();
+    result["drops"] = drops.drops;
+    result["drop_ms"] = drops.drops == 0 ? 0.0 : drops.wall_s / static_cast<double>(drops.drops) * 1e3;
+    result["drop_cpu_ms"] = drops.drops == 0 ? 0.0 : drops.cpu_s / static_cast<double>(drops.drops) * 1e3;
     std::ofstream(result_path) << result.dump();
     return 0;
   }
@@ -213,7 +223,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
 }
 
 json RunWorld(const std::string& self, const std::string& base, int world, int64_t mb, int snapshots, bool verify,
-              int stride, int keep_last = 0, bool blocking = false) {
+              int stride, bool sync, int keep_last = 0, bool blocking = false) {
   const std::string dir = base + "/ranks-" + std::to_string(world) + (verify ? "-verify" : "") +
                           (blocking ? "-keep" + std::to_string(keep_last) : "");
   fs::remove_all(dir);
@@ -224,7 +234,7 @@ json RunWorld(const std::string& self, const std::string& base, int world, int64
                                   "--dir", dir, "--rendezvous", dir + "/rendezvous", "--mb", std::to_string(mb),
                                   "--snapshots", std::to_string(snapshots), "--verify", verify ? "1" : "0",
                                   "--stride", std::to_string(stride), "--keep-last", std::to_string(keep_last),
-                                  "--blocking", blocking ? "1" : "0",
+                                  "--blocking", blocking ? "1" : "0", "--sync", sync ? "1" : "0",
                                   "--result",
                                   dir + "/result-" + std::to_string(r) + ".json"};
     const pid_t pid = fork();
@@ -248,12 +258,17 @@ json RunWorld(const std::string& self, const std::string& base, int world, int64
   out["ok"] = ok;
   if (!ok) return out;
   if (blocking) {
-    double capture = 0;
+    double capture = 0, drop = 0, drop_cpu = 0;
     for (int r = 0; r < world; ++r) {
       json rank = json::parse(std::ifstream(dir + "/result-" + std::to_string(r) + ".json"));
       capture = std::max(capture, rank["capture_ms"].get<double>());
+      drop = std::max(drop, rank["drop_ms"].get<double>());
+      drop_cpu += rank["drop_cpu_ms"].get<double>() / world;
+      out["per_rank"].push_back(rank);
     }
     out["capture_ms_max"] = capture;
+    out["drop_ms_max"] = drop;          // the slowest rank's mean drop
+    out["drop_cpu_ms_mean"] = drop_cpu;  // a rank's mean drop, mean over ranks
     return out;
   }
   double persist = 0, restore = 0, load = 0;
@@ -318,7 +333,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--dir", dir, "working directory (removed first)");
   app.add_option("--json", json_path, "write the results here");
-  int rank = 0, world = 1, rank_verify = 0, keep_last = 0, blocking = 0;
+  bool no_sync = false;
+  app.add_flag("--no-sync", no_sync, "StoreOptions::sync = false (no fsync: what the disk's syncs cost)");
+  int rank = 0, world = 1, rank_verify = 0, keep_last = 0, blocking = 0, rank_sync = 1;
   std::string rendezvous, result;
   CLI::App* one = app.add_subcommand("rank", "one rank (internal)");
   one->add_option("--rank", rank);
@@ -332,12 +349,14 @@ int main(int argc, char** argv) {
   one->add_option("--stride", stride);
   one->add_option("--keep-last", keep_last);
   one->add_option("--blocking", blocking);
+  one->add_option("--sync", rank_sync);
   CLI11_PARSE(app, argc, argv);
   if (*one) {
     return RunRank(rank, world, dir, rendezvous, mb, snapshots, rank_verify != 0, stride, keep_last, blocking != 0,
-                   result);
+                   rank_sync != 0, result);
   }
 
+  const bool sync = !no_sync;
   const std::string self = fs::canonical("/proc/self/exe").string();
   json all = json::array();
   json summary = json::array();
@@ -349,7 +368,7 @@ int main(int argc, char** argv) {
     std::vector<double> stall[2], restore, load;
     for (int round = 0; round < rounds; ++round) {
       for (bool with_verify : {false, true}) {
-        json r = RunWorld(self, dir, w, mb, snapshots, with_verify, stride);
+        json r = RunWorld(self, dir, w, mb, snapshots, with_verify, stride, sync);
         r["replica_check_stride"] = stride;
         r["verify_replicas"] = with_verify;
         r["round"] = round;
@@ -393,14 +412,19 @@ int main(int argc, char** argv) {
   }
   if (retention) {
     for (int w : worlds) {
-      std::vector<double> keep[2];
+      std::vector<double> keep[2], drop, drop_cpu;
       for (int round = 0; round < rounds; ++round) {
         for (int k : {0, 1}) {
-          json r = RunWorld(self, dir, w, mb, snapshots, /*verify=*/true, stride, /*keep_last=*/k == 0 ? 0 : 2,
+          json r = RunWorld(self, dir, w, mb, snapshots, /*verify=*/true, stride, sync, /*keep_last=*/k == 0 ? 0 : 2,
                             /*blocking=*/true);
           r["keep_last"] = k == 0 ? 0 : 2;
           all.push_back(r);
-          if (r["ok"].get<bool>()) keep[k].push_back(r["capture_ms_max"].get<double>());
+          if (!r["ok"].get<bool>()) continue;
+          keep[k].push_back(r["capture_ms_max"].get<double>());
+          if (k == 1) {
+            drop.push_back(r["drop_ms_max"].get<double>());
+            drop_cpu.push_back(r["drop_cpu_ms_mean"].get<double>());
+          }
         }
       }
       for (json& row : summary) {
@@ -408,18 +432,26 @@ int main(int argc, char** argv) {
         row["capture_ms_keep_all"] = Median(keep[0]);
         row["capture_ms_keep_last_2"] = Median(keep[1]);
         row["retention_drop_ms"] = Median(keep[1]) - Median(keep[0]);
+        // Timed inside: the wall time of the slowest rank's drops, and the
+        // CPU time a rank's drop takes (whatever the cores: 4 ranks on a
+        // 2-core machine wait for each other's CPU, which the wall counts).
+        row["drop_ms_inside"] = Median(drop);
+        row["drop_cpu_ms_inside"] = Median(drop_cpu);
       }
     }
   }
-  std::printf("\n%5s %14s %13s %8s %10s %12s %9s %13s %13s %9s\n", "ranks", "stall_off_ms", "stall_on_ms", "on/off",
-              "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms");
+  std::printf("\n%5s %14s %13s %8s %10s %12s %9s %13s %13s %9s %11s %12s\n", "ranks", "stall_off_ms", "stall_on_ms",
+              "on/off", "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms", "drop_in_ms",
+              "drop_cpu_ms");
   for (const json& row : summary) {
-    std::printf("%5d %14.1f %13.1f %8.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f\n", row["ranks"].get<int>(),
+    std::printf("%5d %14.1f %13.1f %8.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f %11.1f %12.1f\n",
+                row["ranks"].get<int>(),
                 row["stall_ms_verify_off"].get<double>(), row["stall_ms_verify_on"].get<double>(),
                 row["stall_on_over_off"].get<double>(), row["restore_s"].get<double>(),
                 row["torch_load_s"].get<double>(), row["restore_over_torch_load"].get<double>(),
                 row.value("capture_ms_keep_all", 0.0), row.value("capture_ms_keep_last_2", 0.0),
-                row.value("retention_drop_ms", 0.0));
+                row.value("retention_drop_ms", 0.0), row.value("drop_ms_inside", 0.0),
+                row.value("drop_cpu_ms_inside", 0.0));
   }
   json doc;
   doc["runs"] = all;

@@ -14,6 +14,7 @@
 #include "checkpointer/checkpointer_internal.h"
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
+#include "distributed/drop_timing.h"
 #include "distributed/rank_group.h"
 #include "distributed/rank_restore.h"
 #include "distributed/replica_placement.h"
@@ -549,6 +550,7 @@ std::vector<Store*> DistributedState::KeptStores() {
 
 void DistributedState::DropRetained(const std::vector<int64_t>& dropped) {
   if (dropped.empty()) return;
+  DropTimer timer;
   for (Store* store : KeptStores()) {
     // Only what the dropped snapshots referenced is collected (no scan of a
     // store's chunks: a drop costs what it deletes, whatever the rank count).

@@ -120,17 +120,28 @@ class RocksStore final : public Store, private ChunkSink {
   // With retention on (keep_last > 0): InvalidArgument when `step` is below
   // the latest stored step (see RetentionPolicy). Caller holds a view.
   Status CheckRetentionKeeps(int64_t step) REQUIRES(commit_mu_);
+  // How ReclaimSpace tidies the chunk index after compacting the packs.
+  enum class IndexTidy {
+    // Waits for the memtables' flush and compacts the chunk index's keys
+    // (CollectGarbage, Prune: the caller asked for the space now).
+    kNow,
+    // Starts the flush and returns; the chunk index's tombstones go with
+    // RocksDB's background compactions (ColumnFamilies: compaction on
+    // deletion). Retention's reclaim on the commit path: a drop then costs
+    // the pack work only, no SST and MANIFEST writes and their fsyncs.
+    kInBackground,
+  };
   // Gives the space of deleted chunks back to the file system: compacts the
-  // packs, flushes the memtables and compacts the chunk index's keys.
+  // packs, flushes the memtables and (`tidy`) compacts the chunk index's keys.
   // Caller holds a view. `report` (may be null) gets the packs removed and
   // the bytes rewritten.
-  Status ReclaimSpace(GcReport* report) REQUIRES(commit_mu_);
+  Status ReclaimSpace(GcReport* report, IndexTidy tidy) REQUIRES(commit_mu_);
   // Retention's bound on garbage: adds `deleted` chunk bytes to those
   // deleted since the last ReclaimSpace and runs it once they reach
-  // kMaxGarbageRatio of the live pack bytes. Whether it ran (a failure is
-  // retried the next time). Caller holds a view.
+  // kMaxGarbageRatio of the live pack bytes (IndexTidy::kInBackground).
+  // Whether it ran (a failure is retried the next time). Caller holds a view.
   bool ReclaimWhenDue(uint64_t deleted, GcReport* report) REQUIRES(commit_mu_);
-  // ReclaimSpace; on NoSpace, once more with the reserve's space (reopening
+  // ReclaimSpace(kNow); on NoSpace, once more with the reserve's space (reopening
   // the database, which the failure stopped). Restores the reserve after.
   Status GiveSpaceBack(std::shared_lock<std::shared_mutex>* view_lock, GcReport* report) REQUIRES(commit_mu_);
   // Runs `attempt` (a write that changes nothing when it fails) with the

@@ -6,6 +6,7 @@
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/table_properties_collectors.h>
 
 #include "store/column_families.h"
 
@@ -39,6 +40,14 @@ std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
   // list node), so about 10 filter bits per entry.
   chunks.memtable_prefix_bloom_size_ratio = 0.02;
   chunks.memtable_whole_key_filtering = true;
+  // Retention deletes a dropped snapshot's index entries (keys are hashes:
+  // scattered among the live ones) and leaves their tombstones to background
+  // compactions (RocksStore::IndexTidy::kInBackground): an SST file whose
+  // entries are a quarter deletions, or half of any 128 consecutive ones, is
+  // marked for compaction when written, so that tombstones do not pile up in
+  // the index that compaction scans.
+  chunks.table_properties_collector_factories.push_back(rocksdb::NewCompactOnDeletionCollectorFactory(
+      kIndexDeletionWindow, kIndexDeletionTrigger, kIndexDeletionRatio));
   return {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {ColumnFamilyName(ColumnFamily::kMeta), rocksdb::ColumnFamilyOptions()},

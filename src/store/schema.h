@@ -3,6 +3,7 @@
 // families").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +15,13 @@ namespace trainsnap::internal {
 // Defaults of StoreOptions::max_unflushed_bytes and max_unflushed_commits.
 inline constexpr uint64_t kDefaultMaxUnflushedBytes = uint64_t{16} << 20;
 inline constexpr int kDefaultMaxUnflushedCommits = 16;
+// When a chunk index SST file is marked for compaction on its deletions
+// (RocksDB's CompactOnDeletionCollector): kIndexDeletionTrigger deletions in
+// any kIndexDeletionWindow consecutive entries, or deletions a
+// kIndexDeletionRatio of all its entries.
+inline constexpr size_t kIndexDeletionWindow = 128;
+inline constexpr size_t kIndexDeletionTrigger = 64;
+inline constexpr double kIndexDeletionRatio = 0.25;
 
 // The column family descriptors of a store, indexed by ColumnFamily.
 std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies();
