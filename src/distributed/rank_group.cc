@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "distributed/huge_page_bytes.h"
 #include "distributed/run_dir.h"
 
 namespace trainsnap::internal {
@@ -158,7 +159,7 @@ Result<std::vector<at::Tensor>> RankGroup::Exchange(const at::Tensor& mine, cons
     for (int r = 0; r < size_; ++r) {
       const int64_t bytes = lengths[static_cast<size_t>(r)].values[0];
       if (bytes <= 0) continue;
-      std::vector<at::Tensor> tensors{r == rank_ ? mine : at::empty({bytes}, at::kByte)};
+      std::vector<at::Tensor> tensors{r == rank_ ? mine : HugePageBytes(bytes)};
       c10d::BroadcastOptions options;
       options.rootRank = r;
       options.timeout = timeout_;

@@ -5,6 +5,7 @@
 #define XXH_INLINE_ALL  // header-only: libtrainsnap does not export XXH3
 #include <xxhash.h>
 
+#include "distributed/huge_page_bytes.h"
 #include "distributed/run_dir.h"
 #include "store/records.h"
 #include "torch/contract.h"
@@ -146,7 +147,7 @@ Result<torch::Tensor> PackTensors(int64_t step, const std::vector<std::pair<Stor
     payload = AlignUp(payload + record->bytes);
   }
   const size_t start = AlignUp(header.bytes().size() + sizeof(uint64_t));
-  torch::Tensor packed = torch::empty({static_cast<int64_t>(start + payload)}, torch::kUInt8);
+  torch::Tensor packed = HugePageBytes(static_cast<int64_t>(start + payload));
   uint8_t* base = packed.data_ptr<uint8_t>();
   const uint64_t header_bytes = header.bytes().size();
   std::memcpy(base, &header_bytes, sizeof(header_bytes));
