@@ -49,6 +49,13 @@ constexpr int64_t kWidth = 1024;  // one Linear = 4 MiB of fp32 weights
 
 double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
+// CPU seconds of this process (every thread), to the nanosecond.
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -151,7 +158,11 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
   // Stall vs memcpy: CaptureAsync returns once staged (host copies taken),
   // after the previous step's handle completed (as a training loop whose
   // steps outlast a commit finds it).
-  std::vector<double> stall, memcpy_s;
+  // The stall's CPU too (every thread of the rank, from the call to its
+  // return; the previous capture finished, so the pipeline was idle): what
+  // the replica check adds to it, without the scheduling noise of 4 ranks
+  // on 2 cores that the wall time carries.
+  std::vector<double> stall, stall_cpu, memcpy_s;
   trainsnap::CaptureHandle previous;
   const auto persist_start = Clock::now();
   for (int s = 1; s <= snapshots; ++s) {
@@ -169,7 +180,9 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
       }
     }
     auto capture_start = Clock::now();
+    const double cpu_start = ProcessCpuSeconds();
     auto handle = checkpointer.CaptureAsync(s, job.State());
+    stall_cpu.push_back(ProcessCpuSeconds() - cpu_start);
     stall.push_back(Seconds(capture_start));
     if (!handle.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, handle.status().ToString().c_str());
@@ -184,6 +197,7 @@ int RunRank(int rank, int world, const std::string& dir, const std::string& rend
     return 1;
   }
   result["stall_ms"] = Median(stall) * 1e3;
+  result["stall_cpu_ms"] = Median(stall_cpu) * 1e3;
   result["memcpy_ms"] = Median(memcpy_s) * 1e3;
   result["persist_s"] = persist_s;
 
@@ -365,7 +379,7 @@ int main(int argc, char** argv) {
               "torch_load_s");
   for (int w : worlds) {
     // Off and on alternate, so that a change in the machine's load hits both.
-    std::vector<double> stall[2], restore, load;
+    std::vector<double> stall[2], stall_cpu[2], restore, load;
     for (int round = 0; round < rounds; ++round) {
       for (bool with_verify : {false, true}) {
         json r = RunWorld(self, dir, w, mb, snapshots, with_verify, stride, sync);
@@ -385,12 +399,14 @@ int main(int argc, char** argv) {
         for (const auto& b : r["stored_bytes_last_step"]) {
           stored += (stored.empty() ? "" : "/") + std::to_string(b.get<uint64_t>() >> 20);
         }
-        double worst = 0, copy = 0;
+        double worst = 0, copy = 0, cpu = 0;
         for (const auto& pr : r["per_rank"]) {
           worst = std::max(worst, pr["stall_ms"].get<double>());
           copy = std::max(copy, pr["memcpy_ms"].get<double>());
+          cpu += pr["stall_cpu_ms"].get<double>() / w;  // a rank's, mean over ranks
         }
         stall[with_verify ? 1 : 0].push_back(worst);
+        stall_cpu[with_verify ? 1 : 0].push_back(cpu);
         restore.push_back(r["restore_s_max"].get<double>());
         load.push_back(r["torch_load_s_max"].get<double>());
         std::printf("%5d %6s %10.1f %10.1f %12.0f %12.0f %16s %8.3f %14s %10.3f %12.3f\n", w,
@@ -405,6 +421,9 @@ int main(int argc, char** argv) {
     row["stall_ms_verify_off"] = Median(stall[0]);
     row["stall_ms_verify_on"] = Median(stall[1]);
     row["stall_on_over_off"] = Median(stall[0]) > 0 ? Median(stall[1]) / Median(stall[0]) : 0.0;
+    row["stall_cpu_ms_verify_off"] = Median(stall_cpu[0]);
+    row["stall_cpu_ms_verify_on"] = Median(stall_cpu[1]);
+    row["stall_cpu_on_over_off"] = Median(stall_cpu[0]) > 0 ? Median(stall_cpu[1]) / Median(stall_cpu[0]) : 0.0;
     row["restore_s"] = Median(restore);
     row["torch_load_s"] = Median(load);
     row["restore_over_torch_load"] = Median(load) > 0 ? Median(restore) / Median(load) : 0.0;
@@ -440,14 +459,14 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("\n%5s %14s %13s %8s %10s %12s %9s %13s %13s %9s %11s %12s\n", "ranks", "stall_off_ms", "stall_on_ms",
-              "on/off", "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms", "drop_in_ms",
+  std::printf("\n%5s %14s %13s %8s %12s %10s %12s %9s %13s %13s %9s %11s %12s\n", "ranks", "stall_off_ms",
+              "stall_on_ms", "on/off", "cpu_on/off", "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms", "drop_in_ms",
               "drop_cpu_ms");
   for (const json& row : summary) {
-    std::printf("%5d %14.1f %13.1f %8.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f %11.1f %12.1f\n",
-                row["ranks"].get<int>(),
-                row["stall_ms_verify_off"].get<double>(), row["stall_ms_verify_on"].get<double>(),
-                row["stall_on_over_off"].get<double>(), row["restore_s"].get<double>(),
+    std::printf("%5d %14.1f %13.1f %8.3f %12.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f %11.1f %12.1f\n",
+                row["ranks"].get<int>(), row["stall_ms_verify_off"].get<double>(),
+                row["stall_ms_verify_on"].get<double>(), row["stall_on_over_off"].get<double>(),
+                row["stall_cpu_on_over_off"].get<double>(), row["restore_s"].get<double>(),
                 row["torch_load_s"].get<double>(), row["restore_over_torch_load"].get<double>(),
                 row.value("capture_ms_keep_all", 0.0), row.value("capture_ms_keep_last_2", 0.0),
                 row.value("retention_drop_ms", 0.0), row.value("drop_ms_inside", 0.0),
