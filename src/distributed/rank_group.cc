@@ -10,8 +10,8 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "distributed/huge_page_bytes.h"
 #include "distributed/run_dir.h"
+#include "torch/huge_pages.h"
 
 namespace trainsnap::internal {
 

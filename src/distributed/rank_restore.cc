@@ -5,11 +5,11 @@
 #define XXH_INLINE_ALL  // header-only: libtrainsnap does not export XXH3
 #include <xxhash.h>
 
-#include "distributed/huge_page_bytes.h"
 #include "distributed/run_dir.h"
 #include "store/records.h"
 #include "torch/contract.h"
 #include "torch/dtype.h"
+#include "torch/huge_pages.h"
 
 namespace trainsnap::internal {
 

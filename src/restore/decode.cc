@@ -11,6 +11,7 @@
 #include "common/role_numbers.h"
 #include "torch/contract.h"
 #include "torch/dtype.h"
+#include "torch/huge_pages.h"
 #include "torch/slab_chain.h"
 
 namespace trainsnap::internal {
@@ -31,7 +32,9 @@ class HostSlabs {
     const bool overflow = c10::safe_multiplies_u64(shape, &numel);
     if (overflow || numel == 0 || numel >= kSmallTensorBytes ||
         numel * c10::elementSize(type) >= kSmallTensorBytes) {
-      return torch::empty(shape, torch::TensorOptions().dtype(type));
+      torch::Tensor host = torch::empty(shape, torch::TensorOptions().dtype(type));
+      AdviseHugePages(host);  // before the decoder writes it: fewer page faults
+      return host;
     }
     return slabs_[role].Cut(shape, type, [] {
       return torch::empty({static_cast<int64_t>(kSlabBytes)}, torch::kUInt8);

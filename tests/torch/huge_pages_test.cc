@@ -1,4 +1,4 @@
-#include "distributed/huge_page_bytes.h"
+#include "torch/huge_pages.h"
 
 #include <gtest/gtest.h>
 
@@ -8,13 +8,15 @@
 namespace trainsnap::testing {
 namespace {
 
+using internal::AdviseHugePages;
 using internal::HugePageBytes;
+using internal::kAdviseHugePagesFrom;
 using internal::kHugePageBytes;
 
 // Every size gives a contiguous byte tensor of exactly that many bytes,
 // writable to its last byte; from kHugePageBytes up its memory starts on a
 // 2 MiB boundary (what MADV_HUGEPAGE needs), below it at::empty's.
-TEST(HugePageBytesTest, ExactSizeWritableAndAlignedFromTwoMiB) {
+TEST(HugePagesTest, HugePageBytesExactSizeWritableAndAlignedFromTwoMiB) {
   for (int64_t bytes : std::vector<int64_t>{0, 1, kHugePageBytes - 1, kHugePageBytes, kHugePageBytes + 1,
                                             int64_t{25} << 20}) {
     at::Tensor t = HugePageBytes(bytes);
@@ -32,7 +34,7 @@ TEST(HugePageBytesTest, ExactSizeWritableAndAlignedFromTwoMiB) {
 
 // The memory outlives the first tensor while a view holds it (from_blob's
 // deleter runs with the last reference), as the exchanged tensors' views do.
-TEST(HugePageBytesTest, AViewKeepsTheMemory) {
+TEST(HugePagesTest, AViewKeepsHugePageBytesMemory) {
   at::Tensor view;
   {
     at::Tensor t = HugePageBytes(int64_t{3} << 20);
@@ -40,6 +42,24 @@ TEST(HugePageBytesTest, AViewKeepsTheMemory) {
     view = t.narrow(0, int64_t{1} << 20, 16);
   }
   EXPECT_EQ(view.sum().item<int64_t>(), 16 * 7);
+}
+
+// Advice changes no byte, size or storage: a tensor advised before and after
+// being written holds what was written, small, large, undefined or a view.
+TEST(HugePagesTest, AdviseHugePagesChangesNothingVisible) {
+  AdviseHugePages(at::Tensor());
+  for (int64_t numel : std::vector<int64_t>{1, kAdviseHugePagesFrom / 4 - 1, kAdviseHugePagesFrom / 4,
+                                            (int64_t{9} << 20) + 3}) {
+    at::Tensor t = at::empty({numel}, at::kFloat);
+    const void* data = t.data_ptr();
+    AdviseHugePages(t);
+    t.copy_(at::arange(numel, at::kFloat));
+    AdviseHugePages(t);
+    AdviseHugePages(t.narrow(0, numel / 3, numel - numel / 3));
+    EXPECT_EQ(t.data_ptr(), data);
+    EXPECT_EQ(t.numel(), numel);
+    EXPECT_TRUE(t.equal(at::arange(numel, at::kFloat))) << numel;
+  }
 }
 
 }  // namespace
