@@ -460,8 +460,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n%5s %14s %13s %8s %12s %10s %12s %9s %13s %13s %9s %11s %12s\n", "ranks", "stall_off_ms",
-              "stall_on_ms", "on/off", "cpu_on/off", "restore_s", "torch_load_s", "ratio", "capture_ms", "capture_k2_ms", "drop_ms", "drop_in_ms",
-              "drop_cpu_ms");
+              "stall_on_ms", "on/off", "cpu_on/off", "restore_s", "torch_load_s", "ratio", "capture_ms",
+              "capture_k2_ms", "drop_ms", "drop_in_ms", "drop_cpu_ms");
   for (const json& row : summary) {
     std::printf("%5d %14.1f %13.1f %8.3f %12.3f %10.3f %12.3f %9.2f %13.1f %13.1f %9.1f %11.1f %12.1f\n",
                 row["ranks"].get<int>(), row["stall_ms_verify_off"].get<double>(),

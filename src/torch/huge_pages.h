@@ -20,9 +20,11 @@ inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 inline constexpr int64_t kAdviseHugePagesFrom = 2 * kHugePageBytes;
 
 // An uninitialized contiguous CPU tensor of `bytes` bytes (kByte); from
-// kHugePageBytes up, 2 MiB-aligned and advised MADV_HUGEPAGE (at::empty
-// when the allocation fails). Its storage is not resizable (from_blob):
-// for internal buffers only. Throws as at::empty does.
+// kHugePageBytes up, 2 MiB-aligned and advised MADV_HUGEPAGE, its
+// allocation rounded up to whole 2 MiB pages (at::empty when the allocation
+// fails). Its storage is not resizable (from_blob): for internal buffers
+// only, which get every page advised; a tensor handed to the user stays an
+// ordinary allocation (AdviseHugePages). Throws as at::empty does.
 at::Tensor HugePageBytes(int64_t bytes);
 
 // Advises MADV_HUGEPAGE on the whole 2 MiB pages inside `tensor`'s bytes
