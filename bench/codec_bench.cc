@@ -221,17 +221,23 @@ struct DeltaPair {
   size_t element_size;
 };
 
-DeltaPair Fp32Pair() {
+// fp32 weights times (1 + relative * N(0, 1)).
+DeltaPair Fp32PairOf(float relative) {
   auto w = NormalFloats(kChunkBytes / 4);
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 1.f);
   DeltaPair p{std::vector<uint8_t>(kChunkBytes), std::vector<uint8_t>(kChunkBytes), 4};
   for (float& x : w) x *= 0.02f;
   std::memcpy(p.before.data(), w.data(), kChunkBytes);
-  for (float& x : w) x *= 1.f + 1e-4f * dist(rng);
+  for (float& x : w) x *= 1.f + relative * dist(rng);
   std::memcpy(p.after.data(), w.data(), kChunkBytes);
   return p;
 }
+DeltaPair Fp32Pair() { return Fp32PairOf(1e-4f); }
+// Several steps from the keyframe (trainsnap_bench's dense weights at step
+// 8 against step 1): the XOR's third plane holds 2-3 bits per byte, coded
+// with the accelerated parameters (kAcceleratedDeltaPlaneBits).
+DeltaPair Fp32DriftPair() { return Fp32PairOf(3e-3f); }
 
 DeltaPair Bf16Pair() {
   auto w = NormalFloats(kChunkBytes / 2);
@@ -255,7 +261,8 @@ struct DeltaSet {
   const char* name;
   DeltaPair (*make)();
 };
-const DeltaSet kDeltaSets[] = {{"fp32_small_update", &Fp32Pair}, {"bf16_small_update", &Bf16Pair}};
+const DeltaSet kDeltaSets[] = {
+    {"fp32_small_update", &Fp32Pair}, {"fp32_drift", &Fp32DriftPair}, {"bf16_small_update", &Bf16Pair}};
 
 // planes: plane coding (format version 7) or one Zstd frame (version 6).
 // Level 1, the store's default (StoreOptions::zstd_level 0).

@@ -145,10 +145,10 @@ bool CodePlane(double bits) { return bits < kCodedPlaneBits; }
 // strategy's acceleration (targetLength: the match finder skips ahead the
 // longer it finds nothing) with the literals still Huffman-coded (Zstd
 // turns that off with acceleration unless told): 512 KiB bf16 and fp32
-// exponent planes 0.80-0.87 -> 1.03-1.09 GB/s at the same ratio. Not for XOR
-// deltas: their planes hold long zero runs that only the matches find (bf16
-// small updates: ratio 34.8 -> 18.0 with it). Other levels keep Zstd's
-// parameters.
+// exponent planes 0.80-0.87 -> 1.03-1.09 GB/s at the same ratio. Not for
+// the planes of an XOR delta below kAcceleratedDeltaPlaneBits: they are
+// long zero runs that only the matches find (bf16 small updates: ratio
+// 34.8 -> 18.0 with it). Other levels keep Zstd's parameters.
 constexpr int kPlaneAcceleration = 64;
 size_t SetPlaneParameters(ZSTD_CCtx* c, int level, bool accelerate) {
   size_t r = ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
@@ -179,7 +179,8 @@ size_t CompressPlane(const uint8_t* plane, size_t size, int level, bool accelera
 // planes of `input` (already XORed for a delta): planes estimated
 // compressible go through Zstd (kept only if that saves
 // kMinCompressionSaving), the others and the tail are copied. `delta`:
-// the input is an XOR delta (CompressPlane's acceleration stays off).
+// the input is an XOR delta (CompressPlane's acceleration only for its
+// planes of kAcceleratedDeltaPlaneBits or more).
 void AppendPlanes(const uint8_t* input, size_t size, ChunkFilter filter, size_t element_size, int level, bool delta,
                   const double* bits, size_t prefix, std::string* out) {
   const PlaneLayout layout = LayoutOf(filter, element_size, size);
@@ -198,7 +199,8 @@ void AppendPlanes(const uint8_t* input, size_t size, ChunkFilter filter, size_t 
     const uint8_t* plane = filtered.data() + b * layout.plane_bytes;
     size_t stored = layout.plane_bytes;
     if (CodePlane(bits[b])) {
-      const size_t c = CompressPlane(plane, layout.plane_bytes, level, !delta, out->data() + pos, capacity - pos);
+      const size_t c = CompressPlane(plane, layout.plane_bytes, level, AcceleratePlane(delta, bits[b]),
+                                     out->data() + pos, capacity - pos);
       if (!ZSTD_isError(c) && static_cast<double>(c) < keep_below) stored = c;
     }
     if (stored == layout.plane_bytes && stored) std::memcpy(out->data() + pos, plane, stored);

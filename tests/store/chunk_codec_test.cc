@@ -484,6 +484,54 @@ TEST(ChunkCodecPlanesTest, Bf16DeltaOfASmallUpdateCodesItsZeroRunsCompactly) {
   EXPECT_EQ(out, after);
 }
 
+// Which coded planes get the accelerated parameters: every plane of a
+// keyframe chunk; a delta's only from kAcceleratedDeltaPlaneBits on (below,
+// zero runs that the plain parameters' matches code compactly).
+TEST(ChunkCodecPlanesTest, DeltaPlanesAreAcceleratedFromOneBitPerByte) {
+  EXPECT_EQ(kAcceleratedDeltaPlaneBits, 1.0);
+  EXPECT_TRUE(AcceleratePlane(/*delta=*/false, 0.0));
+  EXPECT_TRUE(AcceleratePlane(/*delta=*/false, 7.4));
+  EXPECT_FALSE(AcceleratePlane(/*delta=*/true, 0.0));
+  EXPECT_FALSE(AcceleratePlane(/*delta=*/true, 0.999));
+  EXPECT_TRUE(AcceleratePlane(/*delta=*/true, 1.0));
+  EXPECT_TRUE(AcceleratePlane(/*delta=*/true, 7.4));
+}
+
+// An fp32 delta whose planes fall on both sides of that line: after a
+// relative update of 3e-3 the XOR's third plane (high mantissa bits, about
+// 1.9 bits per byte) is coded accelerated, its top plane (sign, exponent:
+// nearly all zero) plain, the two low planes are noise and stored raw.
+// Decodes bit-exact.
+TEST(ChunkCodecPlanesTest, Fp32DeltaCodesItsMantissaAndExponentPlanes) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  const size_t n = 262144;  // one default 1 MiB chunk
+  std::vector<float> before(n), after(n);
+  for (size_t i = 0; i < n; ++i) {
+    before[i] = 0.02f * dist(rng);
+    after[i] = before[i] * (1.f + 3e-3f * dist(rng));
+  }
+  const size_t size = n * sizeof(float);
+  ChunkEncodeOptions o;
+  o.zstd_level = 1;
+  o.element_size = 4;
+  std::string delta, plain;
+  ASSERT_TRUE(EncodeDeltaChunk(after.data(), before.data(), size, HashChunk(before.data(), size), 0, o, &delta).ok());
+  ASSERT_TRUE(EncodeChunk(after.data(), size, o, &plain).ok());
+  ASSERT_EQ(Header(delta).codec, ChunkCodec::kPlanes);
+  const auto lengths = PlaneLengths(delta, kChunkHeaderBytes + sizeof(ChunkHash), 4);
+  EXPECT_EQ(lengths[0], n);  // raw
+  EXPECT_EQ(lengths[1], n);  // raw
+  EXPECT_LT(lengths[2], n / 2);
+  EXPECT_LT(lengths[3], n / 50);
+  EXPECT_EQ(delta.size(),
+            kChunkHeaderBytes + sizeof(ChunkHash) + 16 + lengths[0] + lengths[1] + lengths[2] + lengths[3]);
+  EXPECT_LT(delta.size(), plain.size() * 0.8) << delta.size() << " vs " << plain.size();
+  std::vector<float> out = before;
+  ASSERT_TRUE(DecodeChunk(delta, out.data(), size, out.data()).ok());
+  EXPECT_EQ(std::memcmp(out.data(), after.data(), size), 0);
+}
+
 // Odd sizes: a trailing partial element is stored after the planes.
 TEST(ChunkCodecPlanesTest, TrailingBytesRoundTrip) {
   for (size_t extra : {1, 2, 3}) {

@@ -336,6 +336,56 @@ TEST(SnapshotWriterDeltaTest, SmallTensorsGetDeltasWhenTheyPay) {
   EXPECT_EQ(ChunkDepsEntries(path), 1u);
 }
 
+// A delta that saves less than kMinDeltaSaving (20 %) of the plain
+// encoding's estimate is not written: the chunk is stored plain and becomes
+// the next keyframe, against which the next version's delta is taken. The
+// premise (a delta that would save 0-20 %) is checked with the writer's
+// own estimate.
+TEST(SnapshotWriterDeltaTest, ADeltaSavingLittleIsWrittenPlainAsTheNextKeyframe) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const auto a = NormalFloats(4096, 21);  // 16 KiB: one chunk
+  // Four values in five replaced: their XOR with `a` is noise, the rest zero.
+  auto b = a;
+  const auto fresh = NormalFloats(4096, 22);
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i % 5 != 0) b[i] = fresh[i];
+  }
+  const auto c = Evolve(b, 1, 23);
+  internal::ChunkEncodeOptions o;
+  o.zstd_level = StoreOptions().zstd_level;
+  o.element_size = 4;
+  const size_t bytes = b.size() * sizeof(float);
+  const size_t plain = internal::EstimateEncodedSize(b.data(), nullptr, bytes, o);
+  const size_t delta = internal::EstimateEncodedSize(b.data(), a.data(), bytes, o) + 3 * sizeof(ChunkHash);
+  ASSERT_LT(delta, plain);
+  ASSERT_GT(static_cast<double>(delta), 0.8 * static_cast<double>(plain)) << delta << " vs " << plain;
+  std::vector<ChunkHash> hashes;
+  {
+    auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const std::vector<float>* versions[] = {&a, &b, &c};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(WriteSnapshot(**store, i + 1, {{1, versions[i]}}).ok());
+      auto record = (*store)->Tensor(i + 1, 1, "param");
+      ASSERT_TRUE(record.ok());
+      ASSERT_EQ(record->chunks.size(), 1u);
+      hashes.push_back(record->chunks[0].hash);
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadFloats(**store, i + 1, 1), *versions[i]) << "step " << i + 1;
+  }
+  EXPECT_EQ(ChunkDepths(path, 2, 1), std::vector<int>{0});
+  EXPECT_EQ(ChunkDepths(path, 3, 1), std::vector<int>{1});
+  EXPECT_EQ(ChunkDepsEntries(path), 1u);
+  RawDb raw(path);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  std::string value;
+  ASSERT_TRUE(raw.GetChunk(hashes[2], &value).ok());
+  auto header = internal::ParseChunkHeader(value);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->base, hashes[1]);  // step 2's plain chunk, not step 1's
+}
+
 TEST(SnapshotWriterDeltaTest, GcKeepsEveryBaseALiveChunkNeeds) {
   TempDir dir;
   const std::string path = dir.Sub("s");
