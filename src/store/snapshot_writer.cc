@@ -54,16 +54,6 @@ constexpr size_t kDeltaFixedBytes = 3 * sizeof(ChunkHash);
 // bytes for fp32 (211 vs 272; 146 vs 144 at 128); at 64 bytes it never
 // does.
 constexpr size_t kMinDeltaBytes = 128;
-// A chunk is written as a delta only when its estimate is at least this
-// fraction below the plain encoding's. A restore decodes a delta chunk's
-// base and then the delta (2-3x the CPU of a keyframe chunk, bench/README.md
-// "Deltas that pay for their restore"), so a delta that saves a few percent
-// (Adam's moments drift by about 10 % of themselves per step) costs more
-// than it saves; and a chunk written plain becomes the next keyframe, so
-// the deltas after it are smaller. Measured on trainsnap_bench (K = 8):
-// bytes per snapshot +0.3 % (dense) and +0.1 % (bf16) at 0.2, the last
-// snapshot's read 104 -> 62 ms (dense) and 78 -> 58 ms (bf16).
-constexpr double kMinDeltaSaving = 0.2;
 
 std::string TensorName(uint64_t param_id, std::string_view role) {
   return "tensor param_id " + ParamIdHex(param_id) + " role " + std::string(role);

@@ -359,7 +359,8 @@ TEST(SnapshotWriterDeltaTest, ADeltaSavingLittleIsWrittenPlainAsTheNextKeyframe)
   const size_t plain = internal::EstimateEncodedSize(b.data(), nullptr, bytes, o);
   const size_t delta = internal::EstimateEncodedSize(b.data(), a.data(), bytes, o) + 3 * sizeof(ChunkHash);
   ASSERT_LT(delta, plain);
-  ASSERT_GT(static_cast<double>(delta), 0.8 * static_cast<double>(plain)) << delta << " vs " << plain;
+  ASSERT_GT(static_cast<double>(delta), (1.0 - internal::kMinDeltaSaving) * static_cast<double>(plain))
+      << delta << " vs " << plain;
   std::vector<ChunkHash> hashes;
   {
     auto store = Store::Open(path, DeltaOptions(16, DeltaReference::kKeyframe));
