@@ -224,6 +224,11 @@ Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
 
 }  // namespace
 
+bool StagesGradients(const CheckpointerOptions& options, const TrainingState& state) {
+  return options.gradients == Gradients::kAlways ||
+         (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
+}
+
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,
                                               const CheckpointerOptions& options, BaseIdentityBuilder& base,
                                               const Reuse& reuse, StagingScope* scope, ContractCache* contracts) {
@@ -247,11 +252,7 @@ Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState&
   manifest.set_model_state(static_cast<uint32_t>(options.model_state));
   for (const NamedModel& model : models) manifest.add_models(model.key);
 
-  // Gradients::kAuto: a window boundary holds no pending gradient that the
-  // next window does not zero first.
-  const bool with_grads =
-      options.gradients == Gradients::kAlways ||
-      (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
+  const bool with_grads = StagesGradients(options, state);
   // Each context is built on failure only: it was a heap string per
   // parameter on the training thread (to scale linearly with the parameter count).
   auto named = [](Status status, const char* kind, const ContractEntry& entry) {

@@ -43,6 +43,12 @@ struct Reuse {
   Store* store = nullptr;  // where the tracker's steps are committed
 };
 
+// Whether a capture stages the trainable parameters' gradients: always
+// with Gradients::kAlways, never with kNever; with kAuto, when no
+// accumulation window is given or in the middle of one (a window boundary
+// holds no pending gradient that the next window does not zero first).
+bool StagesGradients(const CheckpointerOptions& options, const TrainingState& state);
+
 // InvalidArgument for a frozen parameter holding a gradient, a bad tie, a
 // null extra; NotSupported for an unsupported optimizer or dtype; Aborted
 // when a Stateful's SaveState throws. May throw c10::Error (the caller's

@@ -7,6 +7,7 @@
 
 #include "capture/pipeline.h"
 #include "capture/stage.h"
+#include "capture/stage_estimate.h"
 #include "capture/staging_scope.h"
 #include "checkpointer/checkpointer_internal.h"
 #include "checkpointer/overhead_budget.h"
@@ -42,7 +43,7 @@ class Checkpointer::Impl {
       : store_(store),
         options_(std::move(options)),
         valid_(internal::OverheadBudget::Validate(options_.overhead_budget)),
-        budget_(valid_.ok() ? options_.overhead_budget : 0),
+        budget_(valid_.ok() ? options_.overhead_budget : 0, internal::OverheadBudget::Clock::now()),
         pipeline_(std::make_unique<internal::CapturePipeline>(
             store_,
             // 0 in the checkpointer's options defers to the store's
@@ -59,12 +60,25 @@ class Checkpointer::Impl {
       return invalid;
     }
     const auto start = internal::OverheadBudget::Clock::now();
+    if (budget_.needs_estimate()) EstimateFirstCapture(state);
     if (budget_.ShouldSkip(start)) return CaptureHandle(pipeline_->Skipped(step));
     bool would_wait = false;
     Result<CaptureHandle> handle = Run(step, state, &would_wait);
     if (would_wait) return CaptureHandle(pipeline_->Skipped(step));
     budget_.Record(start, internal::OverheadBudget::Clock::now());
     return handle;
+  }
+
+  // Predicts the first capture's cost from the bytes it will stage. A state
+  // that cannot be estimated is left unpredicted: its capture runs, and
+  // fails with Stage's error (the same one) or is timed.
+  void EstimateFirstCapture(const TrainingState& state) {
+    uint64_t bytes = 0;
+    Status estimated = internal::ExceptionBoundary([&]() -> Status {
+      TRAINSNAP_ASSIGN_OR_RETURN(bytes, internal::EstimateStagedBytes(state, options_, &contracts_));
+      return Status::OK();
+    });
+    if (estimated.ok()) budget_.EstimateFirst(bytes);
   }
 
   // Errors carry "capture step N"; admission and staging errors also count

@@ -21,12 +21,16 @@ Status OverheadBudget::Validate(double budget) {
   return Status::OK();
 }
 
+void OverheadBudget::EstimateFirst(uint64_t staged_bytes) {
+  predicted_s_ = static_cast<double>(staged_bytes) / kFirstCaptureBytesPerSecond;
+  predicted_ = true;
+}
+
 bool OverheadBudget::ShouldSkip(Clock::time_point now) const {
-  if (!enabled() || !first_start_.has_value()) return false;
+  if (!enabled() || !predicted_) return false;
   // The denominator includes the predicted cost: once this capture is done,
-  // the wall time will have grown by it too. The first capture (the one that
-  // set first_start_) always ran, so elapsed + predicted > 0.
-  const double elapsed_s = Seconds(now - *first_start_);
+  // the wall time will have grown by it too.
+  const double elapsed_s = Seconds(now - start_);
   const double total_s = elapsed_s + predicted_s_;
   if (total_s <= 0) return false;
   return (spent_s_ + predicted_s_) / total_s > budget_;
@@ -34,12 +38,9 @@ bool OverheadBudget::ShouldSkip(Clock::time_point now) const {
 
 void OverheadBudget::Record(Clock::time_point start, Clock::time_point end) {
   const double cost_s = Seconds(end - start);
-  if (!first_start_.has_value()) {
-    first_start_ = start;
-    predicted_s_ = cost_s;
-  } else {
-    predicted_s_ = kNewestWeight * cost_s + (1 - kNewestWeight) * predicted_s_;
-  }
+  // The first measured cost replaces the estimate (EstimateFirst) outright.
+  predicted_s_ = recorded_ ? kNewestWeight * cost_s + (1 - kNewestWeight) * predicted_s_ : cost_s;
+  predicted_ = recorded_ = true;
   spent_s_ += cost_s;
 }
 

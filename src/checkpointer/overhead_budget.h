@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 
 #include "trainsnap/status.h"
 
@@ -17,24 +16,44 @@ class OverheadBudget {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // The rate at which a run's first capture is assumed to stage its state
+  // (EstimateFirst). A first capture also builds the contract and faults in
+  // its staging memory: on the 2-core development machine it staged the
+  // bench's dense state (302 MB) at FIRST_RATE, against 7.5 GB/s for the
+  // captures after it (bench/README.md, "Overhead budget"). A slower guess
+  // only delays the first capture; after it, the measured costs decide.
+  static constexpr double kFirstCaptureBytesPerSecond = 1e9;
+
   // OK for 0 (off) and for a fraction in (0, 1); InvalidArgument otherwise
   // (negative, NaN, >= 1), naming the value.
   static Status Validate(double budget);
 
-  // `budget` must be valid (Validate); 0 = off (never skips).
-  explicit OverheadBudget(double budget) : budget_(budget) {}
+  // `budget` must be valid (Validate); 0 = off (never skips). The wall time
+  // that the budget is a fraction of starts at `start` (the Checkpointer's
+  // opening).
+  OverheadBudget(double budget, Clock::time_point start) : budget_(budget), start_(start) {}
 
   bool enabled() const { return budget_ > 0; }
+  // Whether the next capture has no predicted cost yet: on, and neither
+  // EstimateFirst nor Record has been called.
+  bool needs_estimate() const { return enabled() && !predicted_; }
+  // Predicts the first capture's cost from the bytes it will stage, at
+  // kFirstCaptureBytesPerSecond. The first Record replaces the prediction.
+  void EstimateFirst(uint64_t staged_bytes);
   // Whether a capture starting at `now` should be skipped: the time spent in
   // captures so far plus the predicted cost of this one, over the wall time
-  // since the first capture started plus that cost, would exceed the budget.
-  // False when off and before the first capture has been recorded.
+  // since `start` plus that cost, would exceed the budget. So a first
+  // capture waits until the wall time pays for its estimate (a 300 MB state,
+  // 0.3 s at 1 GB/s, under a budget of 0.02: 14.7 s). False when off, and
+  // while nothing predicts the cost (needs_estimate: a capture whose state
+  // could not be estimated runs, and fails or is timed).
   bool ShouldSkip(Clock::time_point now) const;
   // A capture (not skipped) took the training thread from `start` to `end`,
   // stalls and back-pressure waits included. Failed captures count too.
   void Record(Clock::time_point start, Clock::time_point end);
   // The predicted cost of the next capture, in seconds: an exponentially
-  // weighted average of the recorded costs (0 before the first).
+  // weighted average of the recorded costs; before the first, EstimateFirst's
+  // (0 when neither).
   double predicted_seconds() const { return predicted_s_; }
 
  private:
@@ -43,7 +62,9 @@ class OverheadBudget {
   static constexpr double kNewestWeight = 0.5;
 
   const double budget_;
-  std::optional<Clock::time_point> first_start_;
+  const Clock::time_point start_;
+  bool predicted_ = false;  // EstimateFirst or Record was called
+  bool recorded_ = false;   // Record was called
   double spent_s_ = 0;      // wall time inside recorded captures
   double predicted_s_ = 0;  // see predicted_seconds()
 };

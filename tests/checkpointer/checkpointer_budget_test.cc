@@ -1,6 +1,7 @@
 // CheckpointerOptions::overhead_budget through the public Checkpointer, with
-// real time: a tight budget skips most captures of a multi-MB state, a loose
-// one none, back-pressure becomes a skip, and every committed snapshot (the
+// real time: a tight budget defers the first capture until the wall time pays
+// for its estimate and skips most captures of a multi-MB state, a loose one
+// skips none, back-pressure becomes a skip, and every committed snapshot (the
 // steps not skipped) restores bit-exactly.
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "capture/pipeline.h"
+#include "checkpointer/overhead_budget.h"
 #include "testing/training_rig.h"
 #include "trainsnap/checkpointer.h"
 
@@ -41,10 +43,13 @@ struct BigLoop {
   torch::nn::Linear model;
 };
 
+using Clock = std::chrono::steady_clock;
+
 struct Outcome {
   std::vector<int64_t> committed;
   std::vector<int64_t> skipped;
   std::map<int64_t, torch::Tensor> weights;  // of the committed steps, as captured
+  std::map<int64_t, Clock::time_point> called;  // when CaptureAsync was called, per committed step
 };
 
 // Captures every step of `steps`, checking each handle.
@@ -53,6 +58,7 @@ Outcome RunLoop(Checkpointer& checkpointer, BigLoop& loop, int steps) {
   std::vector<CaptureHandle> handles;
   for (int64_t step = 1; step <= steps; ++step) {
     loop.Step();
+    const Clock::time_point called = Clock::now();
     Result<CaptureHandle> handle = checkpointer.CaptureAsync(step, loop.State());
     EXPECT_TRUE(handle.ok()) << handle.status().ToString();
     if (!handle.ok()) continue;
@@ -64,6 +70,7 @@ Outcome RunLoop(Checkpointer& checkpointer, BigLoop& loop, int steps) {
     } else {
       out.committed.push_back(step);
       out.weights[step] = loop.model->weight.detach().clone();
+      out.called[step] = called;
       handles.push_back(*handle);
     }
   }
@@ -124,15 +131,24 @@ TEST(CheckpointerBudgetTest, TightBudgetSkipsMostCapturesAndCommitsTheRest) {
   TempStore ts;
   CheckpointerOptions options;
   options.overhead_budget = 0.02;
+  const Clock::time_point before_open = Clock::now();
   auto opened = Checkpointer::Open(*ts.store, options);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Checkpointer& checkpointer = **opened;
   BigLoop loop;
-  const int kSteps = 200;
+  // Steps of >= 1 ms: the first capture (below) comes after about 210 of them.
+  const int kSteps = 400;
   Outcome outcome = RunLoop(checkpointer, loop, kSteps);
   ASSERT_EQ(outcome.committed.size() + outcome.skipped.size(), static_cast<size_t>(kSteps));
   ASSERT_FALSE(outcome.committed.empty());
-  EXPECT_EQ(outcome.committed.front(), 1);  // the first capture always runs
+  // The first capture is estimated at 4 MiB + 4 KiB (4,198,400 bytes) at
+  // kFirstCaptureBytesPerSecond: 4.1984 ms. It waits until 4.1984 /
+  // (elapsed + 4.1984) <= 0.02 since the opening, i.e. elapsed >= 205.72 ms.
+  ASSERT_EQ(internal::OverheadBudget::kFirstCaptureBytesPerSecond, 1e9);
+  EXPECT_GT(outcome.committed.front(), 1);
+  EXPECT_GE(std::chrono::duration<double>(outcome.called.at(outcome.committed.front()) - before_open).count(),
+            0.20572);
+  EXPECT_EQ(outcome.skipped.front(), 1);
   EXPECT_GT(outcome.skipped.size(), static_cast<size_t>(kSteps) * 3 / 4);
   PipelineStats stats = checkpointer.pipeline_stats();
   EXPECT_EQ(stats.captures_skipped, outcome.skipped.size());
@@ -175,6 +191,26 @@ TEST(CheckpointerBudgetTest, NoBudgetNeverSkipsAndReportsNoSkips) {
   EXPECT_FALSE(CaptureHandle().skipped());
 }
 
+// A state the budget cannot estimate is not skipped in silence: its capture
+// runs and fails with Stage's error.
+TEST(CheckpointerBudgetTest, AStateWithoutAnEstimateFailsAsWithoutABudget) {
+  TempStore ts;
+  CheckpointerOptions options;
+  options.overhead_budget = 0.02;
+  auto opened = Checkpointer::Open(*ts.store, options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  BigLoop loop;
+  torch::optim::LBFGS lbfgs(loop.model->parameters());
+  TrainingState state = loop.State();
+  state.optimizer = &lbfgs;
+  Result<CaptureHandle> handle = (*opened)->CaptureAsync(1, state);
+  ASSERT_FALSE(handle.ok());
+  EXPECT_EQ(handle.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(handle.status().message().find("capture step 1"), std::string::npos) << handle.status().ToString();
+  EXPECT_EQ((*opened)->pipeline_stats().captures_skipped, 0u);
+  EXPECT_TRUE(StoredSteps(*ts.store).empty());
+}
+
 // With a budget, a capture that would wait at max_captures_in_flight is
 // skipped instead; the next one that finds a slot commits.
 TEST(CheckpointerBudgetTest, BackPressureBecomesASkip) {
@@ -193,6 +229,9 @@ TEST(CheckpointerBudgetTest, BackPressureBecomesASkip) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Checkpointer& checkpointer = **opened;
   BigLoop loop;
+  // The first capture's estimate (4.2 ms) fits 0.9 of the wall time once
+  // 0.47 ms have passed since the opening.
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
   Result<CaptureHandle> first = checkpointer.CaptureAsync(1, loop.State());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_FALSE(first->skipped());

@@ -1,5 +1,5 @@
-// OverheadBudget with exact time points: validation, the first capture, the
-// skip rule and the cost prediction.
+// OverheadBudget with exact time points: validation, the first capture's
+// estimate, the skip rule and the cost prediction.
 #include "checkpointer/overhead_budget.h"
 
 #include <chrono>
@@ -30,21 +30,52 @@ TEST(OverheadBudgetTest, ValidateAcceptsZeroAndFractionsBelowOne) {
 }
 
 TEST(OverheadBudgetTest, OffNeverSkips) {
-  OverheadBudget budget(0);
+  OverheadBudget budget(0, kT0);
   EXPECT_FALSE(budget.enabled());
+  EXPECT_FALSE(budget.needs_estimate());
   budget.Record(kT0, kT0 + milliseconds(100));
   EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(101)));
 }
 
-TEST(OverheadBudgetTest, FirstCaptureRuns) {
-  OverheadBudget budget(0.01);
+TEST(OverheadBudgetTest, AFirstCaptureWithoutAnEstimateRuns) {
+  OverheadBudget budget(0.01, kT0);
   EXPECT_TRUE(budget.enabled());
+  EXPECT_TRUE(budget.needs_estimate());
   EXPECT_FALSE(budget.ShouldSkip(kT0));
   EXPECT_EQ(budget.predicted_seconds(), 0);
 }
 
+TEST(OverheadBudgetTest, TheFirstCaptureWaitsUntilTheWallTimePaysForItsEstimate) {
+  OverheadBudget budget(0.02, kT0);
+  // 300 MB at kFirstCaptureBytesPerSecond (1 GB/s): 0.3 s. It fits once
+  // 0.3 / (elapsed + 0.3) <= 0.02, i.e. elapsed >= 0.3 * 49 = 14.7 s.
+  budget.EstimateFirst(300'000'000);
+  EXPECT_FALSE(budget.needs_estimate());
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.3);
+  EXPECT_TRUE(budget.ShouldSkip(kT0));
+  EXPECT_TRUE(budget.ShouldSkip(kT0 + milliseconds(14'690)));
+  EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(14'710)));
+}
+
+TEST(OverheadBudgetTest, AnEmptyEstimateRunsAtOnce) {
+  OverheadBudget budget(0.02, kT0);
+  budget.EstimateFirst(0);
+  EXPECT_FALSE(budget.needs_estimate());
+  EXPECT_FALSE(budget.ShouldSkip(kT0));
+  EXPECT_FALSE(budget.ShouldSkip(kT0 + milliseconds(1)));
+}
+
+TEST(OverheadBudgetTest, TheFirstMeasuredCostReplacesTheEstimate) {
+  OverheadBudget budget(0.5, kT0);
+  budget.EstimateFirst(1'000'000'000);
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 1.0);
+  budget.Record(kT0 + milliseconds(2'000), kT0 + milliseconds(2'010));
+  EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.010);
+  EXPECT_FALSE(budget.needs_estimate());
+}
+
 TEST(OverheadBudgetTest, SkipsUntilTheSpentAndPredictedCostFitInTheElapsedTime) {
-  OverheadBudget budget(0.1);
+  OverheadBudget budget(0.1, kT0);
   budget.Record(kT0, kT0 + milliseconds(10));
   // (10 spent + 10 predicted) / (100 elapsed + 10) = 0.18 > 0.1.
   EXPECT_TRUE(budget.ShouldSkip(kT0 + milliseconds(100)));
@@ -58,7 +89,7 @@ TEST(OverheadBudgetTest, SkipsUntilTheSpentAndPredictedCostFitInTheElapsedTime) 
 }
 
 TEST(OverheadBudgetTest, PredictionIsAnAverageWeightedTowardsTheNewestCost) {
-  OverheadBudget budget(0.5);
+  OverheadBudget budget(0.5, kT0);
   budget.Record(kT0, kT0 + milliseconds(10));
   EXPECT_DOUBLE_EQ(budget.predicted_seconds(), 0.010);
   budget.Record(kT0 + milliseconds(100), kT0 + milliseconds(130));
