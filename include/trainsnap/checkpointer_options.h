@@ -98,11 +98,13 @@ struct TRAINSNAP_EXPORT CheckpointerOptions {
   TensorPlacement* placement = nullptr;
   // The largest fraction of the training thread's wall time that captures may
   // take (CaptureAsync's staging, stalls and back-pressure waits), e.g. 0.02.
-  // CaptureAsync skips a capture that would exceed it (predicted from the
-  // recent captures' cost), and one that would wait at max_captures_in_flight;
-  // the first capture always runs. A skip is not an error: the handle is
-  // complete, skipped() is true. Default 0 = off (never skips). Negative, NaN
-  // or >= 1: Open returns InvalidArgument. See README.md, "Overhead budget".
+  // CaptureAsync skips a capture that would exceed it over the wall time since
+  // the Checkpointer was opened (predicted from the recent captures' cost; the
+  // first capture's from the bytes it will copy, so that it waits until the
+  // wall time pays for it), and one that would wait at max_captures_in_flight.
+  // A skip is not an error: the handle is complete, skipped() is true.
+  // Default 0 = off (never skips). Negative, NaN or >= 1: Open returns
+  // InvalidArgument. See README.md, "Overhead budget".
   double overhead_budget = 0;
 };
 

@@ -226,7 +226,8 @@ Status PlaceTensors(TensorPlacement& placement, StagedSnapshot& snapshot) {
 
 bool StagesGradients(const CheckpointerOptions& options, const TrainingState& state) {
   return options.gradients == Gradients::kAlways ||
-         (options.gradients == Gradients::kAuto && (state.accumulation == nullptr || state.accumulation->micro_step != 0));
+         (options.gradients == Gradients::kAuto &&
+          (state.accumulation == nullptr || state.accumulation->micro_step != 0));
 }
 
 Result<std::unique_ptr<StagedSnapshot>> Stage(int64_t step, const TrainingState& state,

@@ -16,12 +16,13 @@ class OverheadBudget {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The rate at which a run's first capture is assumed to stage its state
-  // (EstimateFirst). A first capture also builds the contract and faults in
-  // its staging memory: on the 2-core development machine it staged the
-  // bench's dense state (302 MB) at FIRST_RATE, against 7.5 GB/s for the
-  // captures after it (bench/README.md, "Overhead budget"). A slower guess
-  // only delays the first capture; after it, the measured costs decide.
+  // The rate at which a run's first capture is assumed to cost the loop
+  // (EstimateFirst). Slower than the stall alone on purpose: on the 2-core
+  // development machine the bench's dense state (302 MB) staged in 95 ms
+  // (3.2 GB/s) at its first capture, but that one capture slowed a 20-step
+  // loop by 12 %, its encode competing with training for the cores and the
+  // final Flush waiting for it (bench/README.md, "Overhead budget"). A slower
+  // guess only delays the first capture; after it, the measured costs decide.
   static constexpr double kFirstCaptureBytesPerSecond = 1e9;
 
   // OK for 0 (off) and for a fraction in (0, 1); InvalidArgument otherwise
