@@ -137,7 +137,9 @@ class TRAINSNAP_EXPORT Checkpointer {
   // a tensor that cannot be staged (meta, sparse, mkldnn; named);
   // AlreadyExists: `step` is stored or in flight; InvalidArgument from the
   // store's retention for a step below the latest (RetentionPolicy).
-  // Same as CaptureAsync(step, state) followed by Wait().
+  // Same as CaptureAsync(step, state) followed by Wait(): with
+  // CheckpointerOptions::overhead_budget it may be skipped (OK, nothing
+  // stored), the first capture after Open included.
   Status Capture(int64_t step, const TrainingState& state);
   // Stages `state` as snapshot `step` on this thread and returns as soon as
   // every tensor is staged (host copies taken or, for device tensors, queued
