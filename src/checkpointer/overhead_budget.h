@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "trainsnap/status.h"
 
@@ -37,7 +38,7 @@ class OverheadBudget {
   bool enabled() const { return budget_ > 0; }
   // Whether the next capture has no predicted cost yet: on, and neither
   // EstimateFirst nor Record has been called.
-  bool needs_estimate() const { return enabled() && !predicted_; }
+  bool needs_estimate() const { return enabled() && !predicted_s_.has_value(); }
   // Predicts the first capture's cost from the bytes it will stage, at
   // kFirstCaptureBytesPerSecond. The first Record replaces the prediction.
   void EstimateFirst(uint64_t staged_bytes);
@@ -55,7 +56,7 @@ class OverheadBudget {
   // The predicted cost of the next capture, in seconds: an exponentially
   // weighted average of the recorded costs; before the first, EstimateFirst's
   // (0 when neither).
-  double predicted_seconds() const { return predicted_s_; }
+  double predicted_seconds() const { return predicted_s_.value_or(0); }
 
  private:
   // Weight of the newest cost in the prediction: a capture that grew (more
@@ -64,10 +65,10 @@ class OverheadBudget {
 
   const double budget_;
   const Clock::time_point start_;
-  bool predicted_ = false;  // EstimateFirst or Record was called
-  bool recorded_ = false;   // Record was called
-  double spent_s_ = 0;      // wall time inside recorded captures
-  double predicted_s_ = 0;  // see predicted_seconds()
+  bool recorded_ = false;  // Record was called
+  double spent_s_ = 0;     // wall time inside recorded captures
+  // See predicted_seconds(); empty until EstimateFirst or Record.
+  std::optional<double> predicted_s_;
 };
 
 }  // namespace trainsnap::internal

@@ -22,9 +22,7 @@ uint64_t StagedBytes(const TrainingState& state, const CheckpointerOptions& opti
   auto staged = Stage(1, state, options, base);
   EXPECT_TRUE(staged.ok()) << staged.status().ToString();
   if (!staged.ok()) return 0;
-  uint64_t bytes = 0;
-  for (const StagedTensor& tensor : (*staged)->staging.tensors()) bytes += tensor.nbytes();
-  return bytes;
+  return (*staged)->staging.bytes();
 }
 
 TEST(StageEstimateTest, EqualsTheBytesStageCopies) {
